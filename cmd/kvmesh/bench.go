@@ -1,0 +1,28 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// benches lists every `kvmesh bench NAME` benchmark; each lives in its own
+// file and prints its figures (one JSON object with --json).
+var benches = map[string]func(args []string) error{
+}
+
+func runBench(args []string) error {
+	names := make([]string, 0, len(benches))
+	for n := range benches {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(args) == 0 {
+		return fmt.Errorf("usage: kvmesh bench %s [--json]", strings.Join(names, "|"))
+	}
+	b, ok := benches[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown benchmark %q (have: %s)", args[0], strings.Join(names, ", "))
+	}
+	return b(args[1:])
+}
