@@ -62,3 +62,54 @@ proto:
 
 clean:
 	rm -rf build
+
+# ---- GPU swap core (gpu/cuda) ------------------------------------------------
+# `make cuda` compiles gpu/cuda/*.cu with nvcc into a static library that the
+# cgo code under `-tags cuda` links (build/cuda/libkvmeshswap.a). `make
+# cuda-check` installs Debian's nvidia-cuda-toolkit (non-free) when nvcc is
+# missing, then compiles the CUDA code and the cuda-tagged Go packages without
+# running anything, so it needs no GPU. Neither is part of `make test`.
+NVCC       ?= nvcc
+CUDA_LIB   := build/cuda/libkvmeshswap.a
+CUDA_SRCS  := $(wildcard gpu/cuda/*.cu)
+CUDA_HDRS  := $(wildcard gpu/cuda/*.h)
+# A100 (sm_80), A10/L4-class (sm_86), H100/H200 (sm_90), plus PTX for newer parts.
+CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_86,code=sm_86 \
+              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS  ?= -O3 -std=c++14 -Xcompiler -fPIC,-Wall $(CUDA_ARCH)
+
+.PHONY: cuda cuda-check cuda-deps
+
+cuda: $(CUDA_LIB)
+
+$(CUDA_LIB): $(CUDA_SRCS) $(CUDA_HDRS)
+	@mkdir -p build/cuda
+	$(NVCC) $(NVCCFLAGS) -lib -o $@ $(CUDA_SRCS)
+
+# cuda-deps enables the contrib and non-free components in the Debian apt
+# sources (the toolkit and the driver stubs it depends on live there) and
+# installs the toolkit without recommends (no kernel modules), only when nvcc
+# is absent.
+CUDA_APT_COMPONENTS := contrib non-free non-free-firmware
+cuda-deps:
+	@if ! command -v $(NVCC) >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		for c in $(CUDA_APT_COMPONENTS); do \
+			if [ -f /etc/apt/sources.list.d/debian.sources ]; then \
+				$$SUDO sed -i -E "/^Components:/{/ $$c( |\$$)/!s/\$$/ $$c/}" /etc/apt/sources.list.d/debian.sources; \
+			fi; \
+			if [ -f /etc/apt/sources.list ]; then \
+				$$SUDO sed -i -E "/^deb .* main/{/ $$c( |\$$)/!s/\$$/ $$c/}" /etc/apt/sources.list; \
+			fi; \
+		done; \
+		echo "installing nvidia-cuda-toolkit (large)"; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit >/dev/null; \
+	fi
+	@$(NVCC) --version | tail -n 2
+
+cuda-check: cuda-deps
+	$(MAKE) --no-print-directory cuda
+	CGO_ENABLED=1 $(GO) vet -tags cuda ./gpu/...
+	CGO_ENABLED=1 $(GO) build -tags cuda -o build/kvmesh-cuda ./cmd/kvmesh
+	CGO_ENABLED=1 $(GO) test -tags cuda -c -o build/cuda/gpu-cuda.test ./gpu/cuda
+	@echo "cuda-check: CUDA code and cuda-tagged Go compiled and linked (not run)"

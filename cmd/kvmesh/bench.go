@@ -9,6 +9,7 @@ import (
 // benches lists every `kvmesh bench NAME` benchmark; each lives in its own
 // file and prints its figures (one JSON object with --json).
 var benches = map[string]func(args []string) error{
+	"swap": benchSwap,
 }
 
 func runBench(args []string) error {
