@@ -44,9 +44,11 @@ test: deps build policies
 	$(GO) vet ./...
 	KVMESH_BIN=$(CURDIR)/$(BIN) KVMESH_POLICY_DIR=$(CURDIR)/build/policies \
 		$(GO) test -timeout $(TEST_TIMEOUT) -count=1 ./...
+	KVMESH_BIN=$(CURDIR)/$(BIN) $(PY) -m unittest discover -s client/python/tests -v
 
 bench: deps build policies
 	./$(BIN) bench store --json
+	./$(BIN) bench local --json
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./agent/...
 
 lint:
@@ -59,6 +61,8 @@ proto:
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
 	protoc --proto_path=proto --go_out=. --go_opt=module=github.com/kvmesh/kvmesh \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/kvmesh/kvmesh $$(find proto -name '*.proto')
+	for f in proto/kvmesh/v1/kvmesh.proto proto/sglang/runtime/hicache/hicache.proto; do \
+		protoc -I$$(dirname $$f) --python_out=client/python/kvmesh/_proto $$f; done
 
 clean:
 	rm -rf build

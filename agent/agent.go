@@ -19,8 +19,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvmesh/kvmesh/agent/localapi"
+	"github.com/kvmesh/kvmesh/agent/mempool"
 	"github.com/kvmesh/kvmesh/agent/store"
 	kvmeshv1 "github.com/kvmesh/kvmesh/proto/kvmesh/v1"
+	"github.com/kvmesh/kvmesh/proto/sglang/runtime/hicache"
 )
 
 // Agent is a running node agent.
@@ -31,6 +33,8 @@ type Agent struct {
 	store    *store.Store
 	grpc     *grpc.Server
 	sock     net.Listener
+	pools    *mempool.Registry
+	mempool  *mempool.Server
 	admin    *http.Server
 	adminLn  net.Listener
 	mux      *http.ServeMux
@@ -82,7 +86,14 @@ func (a *Agent) start() error {
 	msgLimit := int(min(cfg.MaxBlockSize*4+(1<<20), 1<<31-1))
 	a.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(msgLimit), grpc.MaxSendMsgSize(msgLimit),
 		grpc.ChainUnaryInterceptor(m.observeOp))
-	kvmeshv1.RegisterStoreServer(a.grpc, localapi.New(a.store, cfg.Version))
+	mpLn, err := listenUnix(cfg.MempoolPath())
+	if err != nil {
+		return fmt.Errorf("mempool socket: %w", err)
+	}
+	a.pools = mempool.NewRegistry()
+	a.mempool = mempool.Serve(mpLn.(*net.UnixListener), a.pools, a.log)
+	kvmeshv1.RegisterStoreServer(a.grpc, localapi.New(a.store, cfg.Version).WithPools(a.pools))
+	hicache.RegisterStorageServerServer(a.grpc, localapi.NewHiCache(a.store, a.pools))
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -109,7 +120,7 @@ func (a *Agent) start() error {
 		}()
 	}
 	st := a.store.Stat()
-	a.log.Info("kvmesh agent serving", "socket", cfg.Socket, "admin", a.AdminAddr(), "data_dir", cfg.DataDir,
+	a.log.Info("kvmesh agent serving", "socket", cfg.Socket, "mempool_socket", cfg.MempoolPath(), "admin", a.AdminAddr(), "data_dir", cfg.DataDir,
 		"memory", Size(cfg.MemCapacity).String(), "disk", Size(cfg.DiskCapacity).String(),
 		"namespaces", cfg.Namespaces, "blocks", st.Blocks)
 	return nil
@@ -151,6 +162,10 @@ func (a *Agent) Close() error {
 		a.sock.Close()
 	}
 	a.wg.Wait()
+	if a.mempool != nil { // after gRPC: no request uses a pool any more
+		a.mempool.Close()
+		os.Remove(a.cfg.MempoolPath())
+	}
 	var err error
 	if a.store != nil {
 		err = a.store.Close()

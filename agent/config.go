@@ -27,6 +27,10 @@ type Config struct {
 	Namespaces   []string // namespaces served; requests for others are refused
 	Version      string   // reported by Stat
 	Logger       *slog.Logger
+
+	// MempoolSocket is where engines register host pools (memfds) for the
+	// pool ops; "" puts it beside Socket, as mempool.sock.
+	MempoolSocket string
 }
 
 // DefaultConfig is a single-node agent with 1 GiB of memory and 8 GiB of
@@ -63,6 +67,15 @@ func DefaultSocket() string {
 		return filepath.Join(d, "kvmesh", "agent.sock")
 	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("kvmesh-%d", os.Getuid()), "agent.sock")
+}
+
+// MempoolPath is the mempool socket's path: MempoolSocket, else
+// mempool.sock in Socket's directory.
+func (c Config) MempoolPath() string {
+	if c.MempoolSocket != "" {
+		return c.MempoolSocket
+	}
+	return filepath.Join(filepath.Dir(c.Socket), "mempool.sock")
 }
 
 // Size is a byte count written with an optional binary or decimal unit:

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvmesh/kvmesh/agent/mempool"
 	"github.com/kvmesh/kvmesh/agent/store"
 	"github.com/kvmesh/kvmesh/policy"
 	kvmeshv1 "github.com/kvmesh/kvmesh/proto/kvmesh/v1"
@@ -18,6 +19,7 @@ import (
 type Server struct {
 	kvmeshv1.UnimplementedStoreServer
 	store   *store.Store
+	pools   *mempool.Registry // nil: pool ops fail with UNKNOWN_POOL
 	version string
 	started time.Time
 }

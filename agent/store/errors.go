@@ -20,6 +20,8 @@ const (
 	CodeBufferSize       Code = -8  // the caller's buffer does not match the block's size
 	CodeInvalidArgument  Code = -9  // a malformed request
 	CodeUnavailable      Code = -10 // the agent is shutting down or lacks the capability
+	CodeOutOfRange       Code = -11 // an iovec reaches outside its registered pool
+	CodeUnknownPool      Code = -12 // no registered pool has the id (never was, or its connection closed)
 )
 
 var codeNames = map[Code]string{
@@ -33,6 +35,8 @@ var codeNames = map[Code]string{
 	CodeBufferSize:       "BUFFER_SIZE",
 	CodeInvalidArgument:  "INVALID_ARGUMENT",
 	CodeUnavailable:      "UNAVAILABLE",
+	CodeOutOfRange:       "OUT_OF_RANGE",
+	CodeUnknownPool:      "UNKNOWN_POOL",
 }
 
 func (c Code) String() string {

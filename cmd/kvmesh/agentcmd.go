@@ -21,6 +21,7 @@ func runAgent(args []string) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for block files and state")
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "Unix socket of the local API")
+	fs.StringVar(&cfg.MempoolSocket, "mempool-socket", "", `Unix socket where engines register memfd pools ("" is mempool.sock beside --socket)`)
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, `admin HTTP address for /healthz and /metrics ("" disables)`)
 	mem, disk, maxBlock := agent.Size(cfg.MemCapacity), agent.Size(cfg.DiskCapacity), agent.Size(cfg.MaxBlockSize)
 	fs.Var(&mem, "mem-capacity", "bytes of the memory tier (e.g. 512MiB)")

@@ -1183,6 +1183,300 @@ func (x *StatResponse) GetUptimeSeconds() float64 {
 	return 0
 }
 
+// Iovec is a span of a registered pool.
+type Iovec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Iovec) Reset() {
+	*x = Iovec{}
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Iovec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Iovec) ProtoMessage() {}
+
+func (x *Iovec) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Iovec.ProtoReflect.Descriptor instead.
+func (*Iovec) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Iovec) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Iovec) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+// PoolBuffer is a scatter/gather list in one registered pool.
+type PoolBuffer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PoolId        uint32                 `protobuf:"varint,1,opt,name=pool_id,json=poolId,proto3" json:"pool_id,omitempty"` // from the mempool socket's reply; 0 is never valid
+	Iovecs        []*Iovec               `protobuf:"bytes,2,rep,name=iovecs,proto3" json:"iovecs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolBuffer) Reset() {
+	*x = PoolBuffer{}
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolBuffer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolBuffer) ProtoMessage() {}
+
+func (x *PoolBuffer) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolBuffer.ProtoReflect.Descriptor instead.
+func (*PoolBuffer) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PoolBuffer) GetPoolId() uint32 {
+	if x != nil {
+		return x.PoolId
+	}
+	return 0
+}
+
+func (x *PoolBuffer) GetIovecs() []*Iovec {
+	if x != nil {
+		return x.Iovecs
+	}
+	return nil
+}
+
+type PoolItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Buffer        *PoolBuffer            `protobuf:"bytes,2,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolItem) Reset() {
+	*x = PoolItem{}
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolItem) ProtoMessage() {}
+
+func (x *PoolItem) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolItem.ProtoReflect.Descriptor instead.
+func (*PoolItem) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PoolItem) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *PoolItem) GetBuffer() *PoolBuffer {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+type PoolBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Items         []*PoolItem            `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	Durability    Durability             `protobuf:"varint,3,opt,name=durability,proto3,enum=kvmesh.v1.Durability" json:"durability,omitempty"` // puts only
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolBatchRequest) Reset() {
+	*x = PoolBatchRequest{}
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolBatchRequest) ProtoMessage() {}
+
+func (x *PoolBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolBatchRequest.ProtoReflect.Descriptor instead.
+func (*PoolBatchRequest) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PoolBatchRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PoolBatchRequest) GetItems() []*PoolItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *PoolBatchRequest) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_MEMORY
+}
+
+type PoolTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Tokens        []int32                `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	BlockTokens   uint32                 `protobuf:"varint,3,opt,name=block_tokens,json=blockTokens,proto3" json:"block_tokens,omitempty"`
+	Buffers       []*PoolBuffer          `protobuf:"bytes,4,rep,name=buffers,proto3" json:"buffers,omitempty"`                                  // one per block of the sequence, partial tail included
+	Durability    Durability             `protobuf:"varint,5,opt,name=durability,proto3,enum=kvmesh.v1.Durability" json:"durability,omitempty"` // writes only
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolTokensRequest) Reset() {
+	*x = PoolTokensRequest{}
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolTokensRequest) ProtoMessage() {}
+
+func (x *PoolTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolTokensRequest.ProtoReflect.Descriptor instead.
+func (*PoolTokensRequest) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PoolTokensRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PoolTokensRequest) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *PoolTokensRequest) GetBlockTokens() uint32 {
+	if x != nil {
+		return x.BlockTokens
+	}
+	return 0
+}
+
+func (x *PoolTokensRequest) GetBuffers() []*PoolBuffer {
+	if x != nil {
+		return x.Buffers
+	}
+	return nil
+}
+
+func (x *PoolTokensRequest) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_MEMORY
+}
+
 var File_kvmesh_v1_kvmesh_proto protoreflect.FileDescriptor
 
 const file_kvmesh_v1_kvmesh_proto_rawDesc = "" +
@@ -1273,12 +1567,36 @@ const file_kvmesh_v1_kvmesh_proto_rawDesc = "" +
 	"\x0emax_block_size\x18\t \x01(\x04R\fmaxBlockSize\x12\x18\n" +
 	"\aversion\x18\n" +
 	" \x01(\tR\aversion\x12%\n" +
-	"\x0euptime_seconds\x18\v \x01(\x01R\ruptimeSeconds*S\n" +
+	"\x0euptime_seconds\x18\v \x01(\x01R\ruptimeSeconds\"7\n" +
+	"\x05Iovec\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x04R\x06length\"O\n" +
+	"\n" +
+	"PoolBuffer\x12\x17\n" +
+	"\apool_id\x18\x01 \x01(\rR\x06poolId\x12(\n" +
+	"\x06iovecs\x18\x02 \x03(\v2\x10.kvmesh.v1.IovecR\x06iovecs\"K\n" +
+	"\bPoolItem\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12-\n" +
+	"\x06buffer\x18\x02 \x01(\v2\x15.kvmesh.v1.PoolBufferR\x06buffer\"\x92\x01\n" +
+	"\x10PoolBatchRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12)\n" +
+	"\x05items\x18\x02 \x03(\v2\x13.kvmesh.v1.PoolItemR\x05items\x125\n" +
+	"\n" +
+	"durability\x18\x03 \x01(\x0e2\x15.kvmesh.v1.DurabilityR\n" +
+	"durability\"\xd4\x01\n" +
+	"\x11PoolTokensRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\x12!\n" +
+	"\fblock_tokens\x18\x03 \x01(\rR\vblockTokens\x12/\n" +
+	"\abuffers\x18\x04 \x03(\v2\x15.kvmesh.v1.PoolBufferR\abuffers\x125\n" +
+	"\n" +
+	"durability\x18\x05 \x01(\x0e2\x15.kvmesh.v1.DurabilityR\n" +
+	"durability*S\n" +
 	"\n" +
 	"Durability\x12\x15\n" +
 	"\x11DURABILITY_MEMORY\x10\x00\x12\x13\n" +
 	"\x0fDURABILITY_DISK\x10\x01\x12\x19\n" +
-	"\x15DURABILITY_REPLICATED\x10\x022\xdb\x06\n" +
+	"\x15DURABILITY_REPLICATED\x10\x022\xfe\b\n" +
 	"\x05Store\x124\n" +
 	"\x03Put\x12\x15.kvmesh.v1.PutRequest\x1a\x16.kvmesh.v1.PutResponse\x124\n" +
 	"\x03Get\x12\x15.kvmesh.v1.GetRequest\x1a\x16.kvmesh.v1.GetResponse\x12@\n" +
@@ -1294,7 +1612,11 @@ const file_kvmesh_v1_kvmesh_proto_rawDesc = "" +
 	"\vWriteTokens\x12\x1d.kvmesh.v1.WriteTokensRequest\x1a\x18.kvmesh.v1.BatchResponse\x12C\n" +
 	"\n" +
 	"ReadTokens\x12\x18.kvmesh.v1.TokensRequest\x1a\x1b.kvmesh.v1.BatchGetResponse\x127\n" +
-	"\x04Stat\x12\x16.kvmesh.v1.StatRequest\x1a\x17.kvmesh.v1.StatResponseB3Z1github.com/kvmesh/kvmesh/proto/kvmesh/v1;kvmeshv1b\x06proto3"
+	"\x04Stat\x12\x16.kvmesh.v1.StatRequest\x1a\x17.kvmesh.v1.StatResponse\x12E\n" +
+	"\fPoolBatchPut\x12\x1b.kvmesh.v1.PoolBatchRequest\x1a\x18.kvmesh.v1.BatchResponse\x12E\n" +
+	"\fPoolBatchGet\x12\x1b.kvmesh.v1.PoolBatchRequest\x1a\x18.kvmesh.v1.BatchResponse\x12I\n" +
+	"\x0fPoolWriteTokens\x12\x1c.kvmesh.v1.PoolTokensRequest\x1a\x18.kvmesh.v1.BatchResponse\x12H\n" +
+	"\x0ePoolReadTokens\x12\x1c.kvmesh.v1.PoolTokensRequest\x1a\x18.kvmesh.v1.BatchResponseB3Z1github.com/kvmesh/kvmesh/proto/kvmesh/v1;kvmeshv1b\x06proto3"
 
 var (
 	file_kvmesh_v1_kvmesh_proto_rawDescOnce sync.Once
@@ -1309,7 +1631,7 @@ func file_kvmesh_v1_kvmesh_proto_rawDescGZIP() []byte {
 }
 
 var file_kvmesh_v1_kvmesh_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kvmesh_v1_kvmesh_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_kvmesh_v1_kvmesh_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_kvmesh_v1_kvmesh_proto_goTypes = []any{
 	(Durability)(0),            // 0: kvmesh.v1.Durability
 	(*Result)(nil),             // 1: kvmesh.v1.Result
@@ -1331,6 +1653,11 @@ var file_kvmesh_v1_kvmesh_proto_goTypes = []any{
 	(*StatRequest)(nil),        // 17: kvmesh.v1.StatRequest
 	(*TierStat)(nil),           // 18: kvmesh.v1.TierStat
 	(*StatResponse)(nil),       // 19: kvmesh.v1.StatResponse
+	(*Iovec)(nil),              // 20: kvmesh.v1.Iovec
+	(*PoolBuffer)(nil),         // 21: kvmesh.v1.PoolBuffer
+	(*PoolItem)(nil),           // 22: kvmesh.v1.PoolItem
+	(*PoolBatchRequest)(nil),   // 23: kvmesh.v1.PoolBatchRequest
+	(*PoolTokensRequest)(nil),  // 24: kvmesh.v1.PoolTokensRequest
 }
 var file_kvmesh_v1_kvmesh_proto_depIdxs = []int32{
 	0,  // 0: kvmesh.v1.PutRequest.durability:type_name -> kvmesh.v1.Durability
@@ -1342,39 +1669,53 @@ var file_kvmesh_v1_kvmesh_proto_depIdxs = []int32{
 	1,  // 6: kvmesh.v1.BatchGetResponse.results:type_name -> kvmesh.v1.Result
 	0,  // 7: kvmesh.v1.WriteTokensRequest.durability:type_name -> kvmesh.v1.Durability
 	18, // 8: kvmesh.v1.StatResponse.tiers:type_name -> kvmesh.v1.TierStat
-	2,  // 9: kvmesh.v1.Store.Put:input_type -> kvmesh.v1.PutRequest
-	4,  // 10: kvmesh.v1.Store.Get:input_type -> kvmesh.v1.GetRequest
-	7,  // 11: kvmesh.v1.Store.BatchPut:input_type -> kvmesh.v1.BatchPutRequest
-	9,  // 12: kvmesh.v1.Store.BatchGet:input_type -> kvmesh.v1.KeysRequest
-	9,  // 13: kvmesh.v1.Store.Exist:input_type -> kvmesh.v1.KeysRequest
-	9,  // 14: kvmesh.v1.Store.Query:input_type -> kvmesh.v1.KeysRequest
-	9,  // 15: kvmesh.v1.Store.Remove:input_type -> kvmesh.v1.KeysRequest
-	13, // 16: kvmesh.v1.Store.Clear:input_type -> kvmesh.v1.ClearRequest
-	9,  // 17: kvmesh.v1.Store.Pin:input_type -> kvmesh.v1.KeysRequest
-	9,  // 18: kvmesh.v1.Store.Unpin:input_type -> kvmesh.v1.KeysRequest
-	15, // 19: kvmesh.v1.Store.Match:input_type -> kvmesh.v1.TokensRequest
-	16, // 20: kvmesh.v1.Store.WriteTokens:input_type -> kvmesh.v1.WriteTokensRequest
-	15, // 21: kvmesh.v1.Store.ReadTokens:input_type -> kvmesh.v1.TokensRequest
-	17, // 22: kvmesh.v1.Store.Stat:input_type -> kvmesh.v1.StatRequest
-	3,  // 23: kvmesh.v1.Store.Put:output_type -> kvmesh.v1.PutResponse
-	5,  // 24: kvmesh.v1.Store.Get:output_type -> kvmesh.v1.GetResponse
-	8,  // 25: kvmesh.v1.Store.BatchPut:output_type -> kvmesh.v1.BatchResponse
-	10, // 26: kvmesh.v1.Store.BatchGet:output_type -> kvmesh.v1.BatchGetResponse
-	11, // 27: kvmesh.v1.Store.Exist:output_type -> kvmesh.v1.ExistResponse
-	12, // 28: kvmesh.v1.Store.Query:output_type -> kvmesh.v1.QueryResponse
-	8,  // 29: kvmesh.v1.Store.Remove:output_type -> kvmesh.v1.BatchResponse
-	14, // 30: kvmesh.v1.Store.Clear:output_type -> kvmesh.v1.ClearResponse
-	8,  // 31: kvmesh.v1.Store.Pin:output_type -> kvmesh.v1.BatchResponse
-	8,  // 32: kvmesh.v1.Store.Unpin:output_type -> kvmesh.v1.BatchResponse
-	12, // 33: kvmesh.v1.Store.Match:output_type -> kvmesh.v1.QueryResponse
-	8,  // 34: kvmesh.v1.Store.WriteTokens:output_type -> kvmesh.v1.BatchResponse
-	10, // 35: kvmesh.v1.Store.ReadTokens:output_type -> kvmesh.v1.BatchGetResponse
-	19, // 36: kvmesh.v1.Store.Stat:output_type -> kvmesh.v1.StatResponse
-	23, // [23:37] is the sub-list for method output_type
-	9,  // [9:23] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	20, // 9: kvmesh.v1.PoolBuffer.iovecs:type_name -> kvmesh.v1.Iovec
+	21, // 10: kvmesh.v1.PoolItem.buffer:type_name -> kvmesh.v1.PoolBuffer
+	22, // 11: kvmesh.v1.PoolBatchRequest.items:type_name -> kvmesh.v1.PoolItem
+	0,  // 12: kvmesh.v1.PoolBatchRequest.durability:type_name -> kvmesh.v1.Durability
+	21, // 13: kvmesh.v1.PoolTokensRequest.buffers:type_name -> kvmesh.v1.PoolBuffer
+	0,  // 14: kvmesh.v1.PoolTokensRequest.durability:type_name -> kvmesh.v1.Durability
+	2,  // 15: kvmesh.v1.Store.Put:input_type -> kvmesh.v1.PutRequest
+	4,  // 16: kvmesh.v1.Store.Get:input_type -> kvmesh.v1.GetRequest
+	7,  // 17: kvmesh.v1.Store.BatchPut:input_type -> kvmesh.v1.BatchPutRequest
+	9,  // 18: kvmesh.v1.Store.BatchGet:input_type -> kvmesh.v1.KeysRequest
+	9,  // 19: kvmesh.v1.Store.Exist:input_type -> kvmesh.v1.KeysRequest
+	9,  // 20: kvmesh.v1.Store.Query:input_type -> kvmesh.v1.KeysRequest
+	9,  // 21: kvmesh.v1.Store.Remove:input_type -> kvmesh.v1.KeysRequest
+	13, // 22: kvmesh.v1.Store.Clear:input_type -> kvmesh.v1.ClearRequest
+	9,  // 23: kvmesh.v1.Store.Pin:input_type -> kvmesh.v1.KeysRequest
+	9,  // 24: kvmesh.v1.Store.Unpin:input_type -> kvmesh.v1.KeysRequest
+	15, // 25: kvmesh.v1.Store.Match:input_type -> kvmesh.v1.TokensRequest
+	16, // 26: kvmesh.v1.Store.WriteTokens:input_type -> kvmesh.v1.WriteTokensRequest
+	15, // 27: kvmesh.v1.Store.ReadTokens:input_type -> kvmesh.v1.TokensRequest
+	17, // 28: kvmesh.v1.Store.Stat:input_type -> kvmesh.v1.StatRequest
+	23, // 29: kvmesh.v1.Store.PoolBatchPut:input_type -> kvmesh.v1.PoolBatchRequest
+	23, // 30: kvmesh.v1.Store.PoolBatchGet:input_type -> kvmesh.v1.PoolBatchRequest
+	24, // 31: kvmesh.v1.Store.PoolWriteTokens:input_type -> kvmesh.v1.PoolTokensRequest
+	24, // 32: kvmesh.v1.Store.PoolReadTokens:input_type -> kvmesh.v1.PoolTokensRequest
+	3,  // 33: kvmesh.v1.Store.Put:output_type -> kvmesh.v1.PutResponse
+	5,  // 34: kvmesh.v1.Store.Get:output_type -> kvmesh.v1.GetResponse
+	8,  // 35: kvmesh.v1.Store.BatchPut:output_type -> kvmesh.v1.BatchResponse
+	10, // 36: kvmesh.v1.Store.BatchGet:output_type -> kvmesh.v1.BatchGetResponse
+	11, // 37: kvmesh.v1.Store.Exist:output_type -> kvmesh.v1.ExistResponse
+	12, // 38: kvmesh.v1.Store.Query:output_type -> kvmesh.v1.QueryResponse
+	8,  // 39: kvmesh.v1.Store.Remove:output_type -> kvmesh.v1.BatchResponse
+	14, // 40: kvmesh.v1.Store.Clear:output_type -> kvmesh.v1.ClearResponse
+	8,  // 41: kvmesh.v1.Store.Pin:output_type -> kvmesh.v1.BatchResponse
+	8,  // 42: kvmesh.v1.Store.Unpin:output_type -> kvmesh.v1.BatchResponse
+	12, // 43: kvmesh.v1.Store.Match:output_type -> kvmesh.v1.QueryResponse
+	8,  // 44: kvmesh.v1.Store.WriteTokens:output_type -> kvmesh.v1.BatchResponse
+	10, // 45: kvmesh.v1.Store.ReadTokens:output_type -> kvmesh.v1.BatchGetResponse
+	19, // 46: kvmesh.v1.Store.Stat:output_type -> kvmesh.v1.StatResponse
+	8,  // 47: kvmesh.v1.Store.PoolBatchPut:output_type -> kvmesh.v1.BatchResponse
+	8,  // 48: kvmesh.v1.Store.PoolBatchGet:output_type -> kvmesh.v1.BatchResponse
+	8,  // 49: kvmesh.v1.Store.PoolWriteTokens:output_type -> kvmesh.v1.BatchResponse
+	8,  // 50: kvmesh.v1.Store.PoolReadTokens:output_type -> kvmesh.v1.BatchResponse
+	33, // [33:51] is the sub-list for method output_type
+	15, // [15:33] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_kvmesh_v1_kvmesh_proto_init() }
@@ -1388,7 +1729,7 @@ func file_kvmesh_v1_kvmesh_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvmesh_v1_kvmesh_proto_rawDesc), len(file_kvmesh_v1_kvmesh_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,20 +24,24 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Store_Put_FullMethodName         = "/kvmesh.v1.Store/Put"
-	Store_Get_FullMethodName         = "/kvmesh.v1.Store/Get"
-	Store_BatchPut_FullMethodName    = "/kvmesh.v1.Store/BatchPut"
-	Store_BatchGet_FullMethodName    = "/kvmesh.v1.Store/BatchGet"
-	Store_Exist_FullMethodName       = "/kvmesh.v1.Store/Exist"
-	Store_Query_FullMethodName       = "/kvmesh.v1.Store/Query"
-	Store_Remove_FullMethodName      = "/kvmesh.v1.Store/Remove"
-	Store_Clear_FullMethodName       = "/kvmesh.v1.Store/Clear"
-	Store_Pin_FullMethodName         = "/kvmesh.v1.Store/Pin"
-	Store_Unpin_FullMethodName       = "/kvmesh.v1.Store/Unpin"
-	Store_Match_FullMethodName       = "/kvmesh.v1.Store/Match"
-	Store_WriteTokens_FullMethodName = "/kvmesh.v1.Store/WriteTokens"
-	Store_ReadTokens_FullMethodName  = "/kvmesh.v1.Store/ReadTokens"
-	Store_Stat_FullMethodName        = "/kvmesh.v1.Store/Stat"
+	Store_Put_FullMethodName             = "/kvmesh.v1.Store/Put"
+	Store_Get_FullMethodName             = "/kvmesh.v1.Store/Get"
+	Store_BatchPut_FullMethodName        = "/kvmesh.v1.Store/BatchPut"
+	Store_BatchGet_FullMethodName        = "/kvmesh.v1.Store/BatchGet"
+	Store_Exist_FullMethodName           = "/kvmesh.v1.Store/Exist"
+	Store_Query_FullMethodName           = "/kvmesh.v1.Store/Query"
+	Store_Remove_FullMethodName          = "/kvmesh.v1.Store/Remove"
+	Store_Clear_FullMethodName           = "/kvmesh.v1.Store/Clear"
+	Store_Pin_FullMethodName             = "/kvmesh.v1.Store/Pin"
+	Store_Unpin_FullMethodName           = "/kvmesh.v1.Store/Unpin"
+	Store_Match_FullMethodName           = "/kvmesh.v1.Store/Match"
+	Store_WriteTokens_FullMethodName     = "/kvmesh.v1.Store/WriteTokens"
+	Store_ReadTokens_FullMethodName      = "/kvmesh.v1.Store/ReadTokens"
+	Store_Stat_FullMethodName            = "/kvmesh.v1.Store/Stat"
+	Store_PoolBatchPut_FullMethodName    = "/kvmesh.v1.Store/PoolBatchPut"
+	Store_PoolBatchGet_FullMethodName    = "/kvmesh.v1.Store/PoolBatchGet"
+	Store_PoolWriteTokens_FullMethodName = "/kvmesh.v1.Store/PoolWriteTokens"
+	Store_PoolReadTokens_FullMethodName  = "/kvmesh.v1.Store/PoolReadTokens"
 )
 
 // StoreClient is the client API for Store service.
@@ -67,6 +71,20 @@ type StoreClient interface {
 	WriteTokens(ctx context.Context, in *WriteTokensRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 	ReadTokens(ctx context.Context, in *TokensRequest, opts ...grpc.CallOption) (*BatchGetResponse, error)
 	Stat(ctx context.Context, in *StatRequest, opts ...grpc.CallOption) (*StatResponse, error)
+	// The pool ops move bytes through host pools registered on the mempool
+	// socket (docs/engines.md) instead of inside the messages: each item names
+	// a pool and (offset, length) iovecs into it. Result.value is the bytes
+	// moved, or a negative code (OUT_OF_RANGE, UNKNOWN_POOL, ...).
+	//
+	// PoolBatchPut stores, per item, the concatenation of its iovecs.
+	PoolBatchPut(ctx context.Context, in *PoolBatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// PoolBatchGet reads each block into the start of its iovecs, which must
+	// add up to at least the block's size.
+	PoolBatchGet(ctx context.Context, in *PoolBatchRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// PoolWriteTokens is WriteTokens with one pool buffer per block.
+	PoolWriteTokens(ctx context.Context, in *PoolTokensRequest, opts ...grpc.CallOption) (*BatchResponse, error)
+	// PoolReadTokens is ReadTokens into one pool buffer per block.
+	PoolReadTokens(ctx context.Context, in *PoolTokensRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 }
 
 type storeClient struct {
@@ -217,6 +235,46 @@ func (c *storeClient) Stat(ctx context.Context, in *StatRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *storeClient) PoolBatchPut(ctx context.Context, in *PoolBatchRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Store_PoolBatchPut_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) PoolBatchGet(ctx context.Context, in *PoolBatchRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Store_PoolBatchGet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) PoolWriteTokens(ctx context.Context, in *PoolTokensRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Store_PoolWriteTokens_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storeClient) PoolReadTokens(ctx context.Context, in *PoolTokensRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchResponse)
+	err := c.cc.Invoke(ctx, Store_PoolReadTokens_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StoreServer is the server API for Store service.
 // All implementations must embed UnimplementedStoreServer
 // for forward compatibility.
@@ -244,6 +302,20 @@ type StoreServer interface {
 	WriteTokens(context.Context, *WriteTokensRequest) (*BatchResponse, error)
 	ReadTokens(context.Context, *TokensRequest) (*BatchGetResponse, error)
 	Stat(context.Context, *StatRequest) (*StatResponse, error)
+	// The pool ops move bytes through host pools registered on the mempool
+	// socket (docs/engines.md) instead of inside the messages: each item names
+	// a pool and (offset, length) iovecs into it. Result.value is the bytes
+	// moved, or a negative code (OUT_OF_RANGE, UNKNOWN_POOL, ...).
+	//
+	// PoolBatchPut stores, per item, the concatenation of its iovecs.
+	PoolBatchPut(context.Context, *PoolBatchRequest) (*BatchResponse, error)
+	// PoolBatchGet reads each block into the start of its iovecs, which must
+	// add up to at least the block's size.
+	PoolBatchGet(context.Context, *PoolBatchRequest) (*BatchResponse, error)
+	// PoolWriteTokens is WriteTokens with one pool buffer per block.
+	PoolWriteTokens(context.Context, *PoolTokensRequest) (*BatchResponse, error)
+	// PoolReadTokens is ReadTokens into one pool buffer per block.
+	PoolReadTokens(context.Context, *PoolTokensRequest) (*BatchResponse, error)
 	mustEmbedUnimplementedStoreServer()
 }
 
@@ -295,6 +367,18 @@ func (UnimplementedStoreServer) ReadTokens(context.Context, *TokensRequest) (*Ba
 }
 func (UnimplementedStoreServer) Stat(context.Context, *StatRequest) (*StatResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Stat not implemented")
+}
+func (UnimplementedStoreServer) PoolBatchPut(context.Context, *PoolBatchRequest) (*BatchResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PoolBatchPut not implemented")
+}
+func (UnimplementedStoreServer) PoolBatchGet(context.Context, *PoolBatchRequest) (*BatchResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PoolBatchGet not implemented")
+}
+func (UnimplementedStoreServer) PoolWriteTokens(context.Context, *PoolTokensRequest) (*BatchResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PoolWriteTokens not implemented")
+}
+func (UnimplementedStoreServer) PoolReadTokens(context.Context, *PoolTokensRequest) (*BatchResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PoolReadTokens not implemented")
 }
 func (UnimplementedStoreServer) mustEmbedUnimplementedStoreServer() {}
 func (UnimplementedStoreServer) testEmbeddedByValue()               {}
@@ -569,6 +653,78 @@ func _Store_Stat_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_PoolBatchPut_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PoolBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).PoolBatchPut(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_PoolBatchPut_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).PoolBatchPut(ctx, req.(*PoolBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_PoolBatchGet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PoolBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).PoolBatchGet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_PoolBatchGet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).PoolBatchGet(ctx, req.(*PoolBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_PoolWriteTokens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PoolTokensRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).PoolWriteTokens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_PoolWriteTokens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).PoolWriteTokens(ctx, req.(*PoolTokensRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Store_PoolReadTokens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PoolTokensRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).PoolReadTokens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_PoolReadTokens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).PoolReadTokens(ctx, req.(*PoolTokensRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Store_ServiceDesc is the grpc.ServiceDesc for Store service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -631,6 +787,22 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stat",
 			Handler:    _Store_Stat_Handler,
+		},
+		{
+			MethodName: "PoolBatchPut",
+			Handler:    _Store_PoolBatchPut_Handler,
+		},
+		{
+			MethodName: "PoolBatchGet",
+			Handler:    _Store_PoolBatchGet_Handler,
+		},
+		{
+			MethodName: "PoolWriteTokens",
+			Handler:    _Store_PoolWriteTokens_Handler,
+		},
+		{
+			MethodName: "PoolReadTokens",
+			Handler:    _Store_PoolReadTokens_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
