@@ -244,7 +244,10 @@ func (d *Dir) Read(ns string, key []byte, ver uint64, dst [][]byte) (*Meta, erro
 	var crc uint32
 	for _, p := range dst {
 		if _, err := io.ReadFull(f, p); err != nil {
-			return m, fmt.Errorf("%w: short data", ErrCorrupt)
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return m, fmt.Errorf("%w: short data", ErrCorrupt)
+			}
+			return m, err // e.g. EFAULT from a caller's buffer: the file is fine
 		}
 		crc = UpdateChecksum(crc, p)
 	}

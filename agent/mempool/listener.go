@@ -197,7 +197,7 @@ func mapMemfd(fd int) ([]byte, error) {
 	}
 	// Best effort: forbid shrinking, so the engine cannot turn our mapping
 	// into SIGBUS. memfds created without MFD_ALLOW_SEALING refuse (EPERM);
-	// then the engine is trusted not to shrink a pool it registered.
+	// for those the store's copies recover the fault as a per-key error.
 	unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK)
 	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

@@ -45,7 +45,12 @@ func (s *Store) Put(ns string, key []byte, value [][]byte, opt PutOptions) error
 	if err != nil {
 		return err
 	}
-	s.arena.WriteVec(al, value)
+	if err := copyGuarded(func() { s.arena.WriteVec(al, value) }); err != nil {
+		s.mu.Lock()
+		s.arena.Release(al)
+		s.mu.Unlock()
+		return err
+	}
 
 	s.mu.Lock()
 	s.nextID++
@@ -120,10 +125,13 @@ func (s *Store) Get(ns string, key []byte, dst [][]byte) (uint64, error) {
 		return 0, errorf(CodeBufferSize, "buffers of %d bytes for a %d-byte block", total, b.size)
 	}
 	if mem != nil { // the lease keeps these pages from being released
-		s.arena.ReadVec(mem, dst)
+		err := copyGuarded(func() { s.arena.ReadVec(mem, dst) })
 		s.mu.Lock()
 		s.unlease(b)
 		s.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
 		return b.size, nil
 	}
 	meta, err := s.disk.Read(b.ns, b.key, b.version, dst)
