@@ -18,9 +18,12 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	"github.com/kvmesh/kvmesh/agent/localapi"
 	"github.com/kvmesh/kvmesh/agent/mempool"
 	"github.com/kvmesh/kvmesh/agent/store"
+	"github.com/kvmesh/kvmesh/gpu"
 	kvmeshv1 "github.com/kvmesh/kvmesh/proto/kvmesh/v1"
 	"github.com/kvmesh/kvmesh/proto/sglang/runtime/hicache"
 )
@@ -39,6 +42,7 @@ type Agent struct {
 	adminLn  net.Listener
 	mux      *http.ServeMux
 	registry *prometheus.Registry
+	gpus     *gpu.Node
 	wg       sync.WaitGroup
 }
 
@@ -82,7 +86,8 @@ func (a *Agent) start() error {
 		return err
 	}
 	m := newMetrics(a.store)
-	a.registry.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.gpus = gpu.Discover(nvml.New(), a.log) // host-only, said once, without a driver
+	a.registry.MustRegister(m, a.gpus, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	msgLimit := int(min(cfg.MaxBlockSize*4+(1<<20), 1<<31-1))
 	a.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(msgLimit), grpc.MaxSendMsgSize(msgLimit),
 		grpc.ChainUnaryInterceptor(m.observeOp))
@@ -172,6 +177,9 @@ func (a *Agent) Close() error {
 	}
 	if a.sock != nil {
 		os.Remove(a.cfg.Socket)
+	}
+	if a.gpus != nil {
+		a.gpus.Close()
 	}
 	if a.lock != nil {
 		a.lock.Close()
