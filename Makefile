@@ -49,6 +49,8 @@ test: deps build policies
 bench: deps build policies
 	./$(BIN) bench store --json
 	./$(BIN) bench local --json
+	./$(BIN) bench transport --json
+	./$(BIN) bench cluster --nodes 16 --json
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./agent/...
 
 lint:

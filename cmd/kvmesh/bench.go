@@ -9,7 +9,9 @@ import (
 // benches lists every `kvmesh bench NAME` benchmark; each lives in its own
 // file and prints its figures (one JSON object with --json).
 var benches = map[string]func(args []string) error{
-	"swap": benchSwap,
+	"swap":      benchSwap,
+	"transport": benchTransport,
+	"cluster":   benchCluster,
 }
 
 func runBench(args []string) error {

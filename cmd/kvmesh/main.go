@@ -22,6 +22,7 @@ var commands = map[string]command{
 	"get":   {runGet, "read a block: kvmesh get KEY > FILE"},
 	"put":   {runPut, "store a block: kvmesh put KEY FILE"},
 	"stat":  {runStat, "show the agent's tiers and counters"},
+	"tls":   {runTLS, "make the cluster CA and node certificates"},
 }
 
 func main() {

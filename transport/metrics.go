@@ -1,0 +1,107 @@
+package transport
+
+import (
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are an endpoint's Prometheus collectors; Endpoint.Collector hands
+// them to the agent's registry.
+type metrics struct {
+	served   *prometheus.CounterVec // requests this endpoint served, by opcode and status
+	calls    *prometheus.CounterVec // requests this endpoint sent, by opcode and outcome
+	refused  *prometheus.CounterVec // bad input refused, by side and reason
+	bytes    *prometheus.CounterVec // payload bytes, by direction
+	sent     prometheus.Counter     // bytes{direction="sent"}, looked up once
+	received prometheus.Counter
+	conns    prometheus.Gauge       // open QUIC connections
+	dials    *prometheus.CounterVec // outgoing handshakes, by result
+	gossip   *prometheus.CounterVec // gossip packets, by direction and carrier
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		served: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_transport_served_total",
+			Help: "Requests served, by opcode and response status.",
+		}, []string{"op", "status"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_transport_calls_total",
+			Help: "Requests sent to peers, by opcode and outcome (a status, or unreachable).",
+		}, []string{"op", "outcome"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_transport_refused_total",
+			Help: "Connections, requests and responses refused as bad input, by side (server, client) and reason.",
+		}, []string{"side", "reason"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_transport_payload_bytes_total",
+			Help: "Payload bytes moved, by direction (sent, received).",
+		}, []string{"direction"}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvmesh_transport_connections",
+			Help: "Open QUIC connections to peers.",
+		}),
+		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_transport_dials_total",
+			Help: "Outgoing QUIC handshakes, by result (ok, error).",
+		}, []string{"result"}),
+		gossip: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvmesh_transport_gossip_packets_total",
+			Help: "Gossip packets, by direction (sent, received, dropped) and carrier (datagram, stream).",
+		}, []string{"direction", "carrier"}),
+	}
+	m.sent, m.received = m.bytes.WithLabelValues("sent"), m.bytes.WithLabelValues("received")
+	return m
+}
+
+func (m *metrics) all() []prometheus.Collector {
+	return []prometheus.Collector{m.served, m.calls, m.refused, m.bytes, m.conns, m.dials, m.gossip}
+}
+
+// Describe and Collect make metrics one prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.all() {
+		c.Describe(ch)
+	}
+}
+
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.all() {
+		c.Collect(ch)
+	}
+}
+
+func opLabel(op uint8) string { return strconv.Itoa(int(op)) }
+
+// refusals logs and counts bad input. A flood of it (a misconfigured node
+// retrying, a port scan) gives at most one line per reason per second, plus
+// a count of the lines it held back.
+type refusals struct {
+	m   *metrics
+	log *slog.Logger
+
+	mu      sync.Mutex
+	last    map[string]time.Time
+	skipped map[string]int
+}
+
+func (r *refusals) record(side, reason, peer string, err error) {
+	r.m.refused.WithLabelValues(side, reason).Inc()
+	key := side + "/" + reason
+	now := time.Now()
+	r.mu.Lock()
+	if now.Sub(r.last[key]) < time.Second {
+		r.skipped[key]++
+		r.mu.Unlock()
+		return
+	}
+	r.last[key] = now
+	skipped := r.skipped[key]
+	r.skipped[key] = 0
+	r.mu.Unlock()
+	r.log.Warn("transport: refused bad input", "side", side, "reason", reason, "peer", peer, "err", err, "similar_suppressed", skipped)
+}
