@@ -7,6 +7,7 @@ POLICIES  := $(patsubst wasm-policies/%/main.go,build/policies/%.wasm,$(wildcard
 APT_PKGS  := protobuf-compiler python3-grpcio python3-protobuf wabt redis-server iproute2
 PY        := /usr/bin/python3
 TEST_TIMEOUT ?= 20m
+PY_PROTOS := proto/kvmesh/v1/kvmesh.proto proto/kvmesh/v1/kvcache.proto proto/sglang/runtime/hicache/hicache.proto
 
 export PATH := $(shell $(GO) env GOPATH)/bin:$(PATH)
 
@@ -63,8 +64,12 @@ proto:
 	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
 	protoc --proto_path=proto --go_out=. --go_opt=module=github.com/kvmesh/kvmesh \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/kvmesh/kvmesh $$(find proto -name '*.proto')
-	for f in proto/kvmesh/v1/kvmesh.proto proto/sglang/runtime/hicache/hicache.proto; do \
-		protoc -I$$(dirname $$f) --python_out=client/python/kvmesh/_proto $$f; done
+	@# Python: generated with the same import paths as Go (kvcache.proto imports
+	@# kvmesh/v1/kvmesh.proto), then flattened into _proto/ with relative imports.
+	tmp=$$(mktemp -d) && protoc --proto_path=proto --python_out=$$tmp $(PY_PROTOS) && \
+	for f in $(PY_PROTOS); do p=$${f#proto/}; p=$${p%.proto}_pb2.py; \
+		sed -E 's/^from (kvmesh|sglang)[a-z0-9_.]* import ([a-z0-9_]+_pb2) as/from . import \2 as/' $$tmp/$$p \
+			> client/python/kvmesh/_proto/$$(basename $$p); done; rm -rf $$tmp
 
 clean:
 	rm -rf build

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kvmesh/kvmesh/agent/localapi"
 	"github.com/kvmesh/kvmesh/agent/mempool"
+	"github.com/kvmesh/kvmesh/agent/mesh"
 	"github.com/kvmesh/kvmesh/agent/store"
 	"github.com/kvmesh/kvmesh/gpu"
 	kvmeshv1 "github.com/kvmesh/kvmesh/proto/kvmesh/v1"
@@ -34,6 +35,7 @@ type Agent struct {
 	log      *slog.Logger
 	lock     *os.File
 	store    *store.Store
+	mesh     *mesh.Node // nil in single-node mode
 	grpc     *grpc.Server
 	sock     net.Listener
 	pools    *mempool.Registry
@@ -62,6 +64,9 @@ func Start(cfg Config) (*Agent, error) {
 
 func (a *Agent) start() error {
 	cfg := a.cfg
+	if err := cfg.checkCluster(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
@@ -81,6 +86,11 @@ func (a *Agent) start() error {
 	if err != nil {
 		return err
 	}
+	if cfg.ClusterMode() {
+		if err := a.startMesh(); err != nil {
+			return err
+		}
+	}
 	a.sock, err = listenUnix(cfg.Socket)
 	if err != nil {
 		return err
@@ -97,8 +107,9 @@ func (a *Agent) start() error {
 	}
 	a.pools = mempool.NewRegistry()
 	a.mempool = mempool.Serve(mpLn.(*net.UnixListener), a.pools, a.log)
-	kvmeshv1.RegisterStoreServer(a.grpc, localapi.New(a.store, cfg.Version).WithPools(a.pools))
-	hicache.RegisterStorageServerServer(a.grpc, localapi.NewHiCache(a.store, a.pools))
+	kvmeshv1.RegisterStoreServer(a.grpc, a.storeServer())
+	hicache.RegisterStorageServerServer(a.grpc, localapi.NewHiCache(a.backend(), a.pools))
+	kvmeshv1.RegisterKVCacheServer(a.grpc, localapi.NewKVCache(a.backend(), a.pools))
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -172,6 +183,11 @@ func (a *Agent) Close() error {
 		os.Remove(a.cfg.MempoolPath())
 	}
 	var err error
+	if a.mesh != nil { // after the local API: hand-off reads a quiet store
+		if lerr := a.mesh.Leave(leaveTimeout); lerr != nil {
+			a.log.Warn("left the mesh with errors", "err", lerr)
+		}
+	}
 	if a.store != nil {
 		err = a.store.Close()
 	}

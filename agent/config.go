@@ -31,6 +31,17 @@ type Config struct {
 	// MempoolSocket is where engines register host pools (memfds) for the
 	// pool ops; "" puts it beside Socket, as mempool.sock.
 	MempoolSocket string
+
+	// Cluster mode is on when TLSDir or Dev is set (see ClusterMode);
+	// otherwise the fields below must stay unset and the agent is a
+	// single node.
+	TLSDir    string   // ca.crt, node.crt, node.key from `kvmesh tls`
+	Dev       bool     // a throwaway dev CA; logged loudly
+	Bind      string   // UDP address of the mesh endpoint; "" is DefaultBind
+	Advertise string   // host:port peers use; "" is the bound address
+	Join      []string // seeds, host:port
+	Replicas  int      // owners per key (R); 1 when zero
+	NodeName  string   // member name: the certificate's CN; under Dev, "" is the hostname
 }
 
 // DefaultConfig is a single-node agent with 1 GiB of memory and 8 GiB of
@@ -45,6 +56,7 @@ func DefaultConfig() Config {
 		MaxBlockSize: store.DefaultMaxBlockSize,
 		Namespaces:   []string{keys.DefaultNamespace},
 		Version:      "dev",
+		Replicas:     1,
 	}
 }
 

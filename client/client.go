@@ -106,6 +106,12 @@ func (c *Client) Remove(ctx context.Context, ns string, keys [][]byte) ([]error,
 	return out, nil
 }
 
+// Members lists the cluster as the agent sees it (empty in single-node
+// mode).
+func (c *Client) Members(ctx context.Context) (*kvmeshv1.MembersResponse, error) {
+	return c.rpc.Members(ctx, &kvmeshv1.MembersRequest{})
+}
+
 // Stat returns the agent's statistics.
 func (c *Client) Stat(ctx context.Context) (*kvmeshv1.StatResponse, error) {
 	return c.rpc.Stat(ctx, &kvmeshv1.StatRequest{})

@@ -52,7 +52,7 @@ func prefix(vec [][]byte, size uint64) ([][]byte, bool) {
 }
 
 // putPool stores the concatenation of a pool buffer under key.
-func putPool(st *store.Store, reg *mempool.Registry, ns string, key []byte, id uint32, iovs []iovec,
+func putPool(st Backend, reg *mempool.Registry, ns string, key []byte, id uint32, iovs []iovec,
 	opt store.PutOptions) (uint64, error) {
 	p, vec, err := poolBuf(reg, id, iovs)
 	if err != nil {
@@ -71,7 +71,7 @@ func putPool(st *store.Store, reg *mempool.Registry, ns string, key []byte, id u
 
 // getPoolExact reads the block under key into a pool buffer whose length
 // must equal the block's (BUFFER_SIZE otherwise).
-func getPoolExact(st *store.Store, reg *mempool.Registry, ns string, key []byte, id uint32, iovs []iovec) (uint64, error) {
+func getPoolExact(st Backend, reg *mempool.Registry, ns string, key []byte, id uint32, iovs []iovec) (uint64, error) {
 	p, vec, err := poolBuf(reg, id, iovs)
 	if err != nil {
 		return 0, err
@@ -83,7 +83,7 @@ func getPoolExact(st *store.Store, reg *mempool.Registry, ns string, key []byte,
 // getPoolPrefix reads the block under key into the start of a pool buffer
 // at least as long as the block, retrying if the key is replaced by a block
 // of another size between sizing and reading.
-func getPoolPrefix(st *store.Store, reg *mempool.Registry, ns string, key []byte, id uint32, iovs []iovec) (uint64, error) {
+func getPoolPrefix(st Backend, reg *mempool.Registry, ns string, key []byte, id uint32, iovs []iovec) (uint64, error) {
 	p, vec, err := poolBuf(reg, id, iovs)
 	if err != nil {
 		return 0, err

@@ -18,14 +18,15 @@ import (
 // Server implements kvmesh.v1.Store over a block store.
 type Server struct {
 	kvmeshv1.UnimplementedStoreServer
-	store   *store.Store
+	store   Backend
 	pools   *mempool.Registry // nil: pool ops fail with UNKNOWN_POOL
+	cluster Cluster           // nil: single-node mode
 	version string
 	started time.Time
 }
 
 // New returns a server for st; version is reported by Stat.
-func New(st *store.Store, version string) *Server {
+func New(st Backend, version string) *Server {
 	return &Server{store: st, version: version, started: time.Now()}
 }
 

@@ -16,13 +16,13 @@ import (
 // namespace, so SGLang can use kvmesh as its L3 unchanged.
 type HiCache struct {
 	hicache.UnimplementedStorageServerServer
-	store *store.Store
+	store Backend
 	pools *mempool.Registry
 }
 
 // NewHiCache returns the SGLang service over st, moving bytes through the
 // pools registered in reg.
-func NewHiCache(st *store.Store, reg *mempool.Registry) *HiCache {
+func NewHiCache(st Backend, reg *mempool.Registry) *HiCache {
 	return &HiCache{store: st, pools: reg}
 }
 

@@ -90,7 +90,7 @@ func (s *Server) serve(c *net.UnixConn) {
 		s.mu.Unlock()
 	}()
 	for {
-		name, mem, err := readRegistration(c)
+		name, mem, sealed, err := readRegistration(c)
 		if err == errEOF {
 			return
 		}
@@ -98,7 +98,7 @@ func (s *Server) serve(c *net.UnixConn) {
 			s.log.Warn("mempool: malformed registration; closing the connection", "err", err)
 			return
 		}
-		p := s.reg.add(name, mem)
+		p := s.reg.add(name, mem, sealed)
 		pools = append(pools, p)
 		var reply [4]byte
 		binary.LittleEndian.PutUint32(reply[:], p.ID)
@@ -112,9 +112,10 @@ func (s *Server) serve(c *net.UnixConn) {
 
 var errEOF = errors.New("connection closed")
 
-// readRegistration reads one registration message and maps its memfd. Any
-// descriptor received is closed before it returns: the mapping outlives it.
-func readRegistration(c *net.UnixConn) (string, []byte, error) {
+// readRegistration reads one registration message and maps its memfd,
+// reporting whether the memfd is sealed against shrinking. Any descriptor
+// received is closed before it returns: the mapping outlives it.
+func readRegistration(c *net.UnixConn) (string, []byte, bool, error) {
 	buf := make([]byte, headerLen+MaxNameLen)
 	// Room for two descriptors, so that a second one is seen and refused
 	// rather than silently dropped.
@@ -128,34 +129,34 @@ func readRegistration(c *net.UnixConn) (string, []byte, error) {
 	}()
 	switch {
 	case n == 0 && oobn == 0:
-		return "", nil, errEOF
+		return "", nil, false, errEOF
 	case err != nil:
-		return "", nil, err
+		return "", nil, false, err
 	case fdErr != nil:
-		return "", nil, fdErr
+		return "", nil, false, fdErr
 	case flags&unix.MSG_CTRUNC != 0:
-		return "", nil, errors.New("more than one descriptor")
+		return "", nil, false, errors.New("more than one descriptor")
 	case n < headerLen:
-		return "", nil, fmt.Errorf("%d-byte message, shorter than the %d-byte header", n, headerLen)
+		return "", nil, false, fmt.Errorf("%d-byte message, shorter than the %d-byte header", n, headerLen)
 	case binary.LittleEndian.Uint64(buf) != Magic:
-		return "", nil, fmt.Errorf("bad magic %#x", binary.LittleEndian.Uint64(buf))
+		return "", nil, false, fmt.Errorf("bad magic %#x", binary.LittleEndian.Uint64(buf))
 	}
 	nameLen := uint64(binary.LittleEndian.Uint32(buf[8:]))
 	if nameLen > MaxNameLen {
-		return "", nil, fmt.Errorf("name of %d bytes exceeds %d", nameLen, MaxNameLen)
+		return "", nil, false, fmt.Errorf("name of %d bytes exceeds %d", nameLen, MaxNameLen)
 	}
 	if uint64(n) != headerLen+nameLen {
-		return "", nil, fmt.Errorf("name length %d but %d bytes follow the header", nameLen, n-headerLen)
+		return "", nil, false, fmt.Errorf("name length %d but %d bytes follow the header", nameLen, n-headerLen)
 	}
 	name := string(buf[headerLen:n])
 	if !utf8.ValidString(name) {
-		return "", nil, errors.New("pool name is not UTF-8")
+		return "", nil, false, errors.New("pool name is not UTF-8")
 	}
 	if len(fds) != 1 {
-		return "", nil, fmt.Errorf("%d descriptors, want exactly one memfd", len(fds))
+		return "", nil, false, fmt.Errorf("%d descriptors, want exactly one memfd", len(fds))
 	}
-	mem, err := mapMemfd(fds[0])
-	return name, mem, err
+	mem, sealed, err := mapMemfd(fds[0])
+	return name, mem, sealed, err
 }
 
 func parseFDs(oob []byte) ([]int, error) {
@@ -177,31 +178,35 @@ func parseFDs(oob []byte) ([]int, error) {
 	return fds, nil
 }
 
-// mapMemfd maps the whole of a memfd, shared and writable.
-func mapMemfd(fd int) ([]byte, error) {
+// mapMemfd maps the whole of a memfd, shared and writable, and reports
+// whether it is sealed against shrinking.
+func mapMemfd(fd int) ([]byte, bool, error) {
 	// Only memfds: a regular file's pages could be truncated by anyone with
 	// access to the path, and a device could be anything.
 	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
 	if err != nil {
-		return nil, fmt.Errorf("descriptor: %w", err)
+		return nil, false, fmt.Errorf("descriptor: %w", err)
 	}
 	if !strings.HasPrefix(link, "/memfd:") {
-		return nil, fmt.Errorf("descriptor is %q, not a memfd", link)
+		return nil, false, fmt.Errorf("descriptor is %q, not a memfd", link)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("fstat: %w", err)
+		return nil, false, fmt.Errorf("fstat: %w", err)
 	}
 	if st.Size <= 0 {
-		return nil, errors.New("memfd of size 0")
+		return nil, false, errors.New("memfd of size 0")
 	}
 	// Best effort: forbid shrinking, so the engine cannot turn our mapping
 	// into SIGBUS. memfds created without MFD_ALLOW_SEALING refuse (EPERM);
-	// for those the store's copies recover the fault as a per-key error.
+	// for those the store's copies recover the fault as a per-key error,
+	// and no KV cache may live in them (the swap core is C: no recovery).
 	unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK)
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	sealed := err == nil && seals&unix.F_SEAL_SHRINK != 0
 	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("mmap %d bytes: %w", st.Size, err)
+		return nil, false, fmt.Errorf("mmap %d bytes: %w", st.Size, err)
 	}
-	return mem, nil
+	return mem, sealed, nil
 }

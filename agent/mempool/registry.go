@@ -23,8 +23,13 @@ var (
 type Pool struct {
 	ID   uint32
 	Name string
-	mu   sync.RWMutex
-	mem  []byte // nil once unmapped
+	// Sealed is true when the memfd refuses to shrink (F_SEAL_SHRINK), so
+	// no access to the mapping can fault: the condition for letting C code
+	// (the swap core) touch it, since only Go code recovers from a fault.
+	Sealed bool
+	mu     sync.RWMutex
+	mem    []byte        // nil once unmapped
+	done   chan struct{} // closed when unregistering starts
 }
 
 // Size is the pool's length in bytes.
@@ -39,6 +44,11 @@ func (p *Pool) Span(off, n uint64) ([]byte, error) {
 	}
 	return p.mem[off : off+n : off+n], nil
 }
+
+// Done is closed when the pool starts to unregister (its connection
+// closed): holders of long-lived references to its bytes must let go, and
+// the unmapping waits for the uses in flight.
+func (p *Pool) Done() <-chan struct{} { return p.done }
 
 // Release ends a use begun by Registry.Acquire.
 func (p *Pool) Release() { p.mu.RUnlock() }
@@ -55,8 +65,8 @@ func NewRegistry() *Registry { return &Registry{pools: make(map[uint32]*Pool)} }
 
 // add takes ownership of a mapping and returns its pool, numbered 1, 2, 3…
 // (0 never names a pool: SGLang treats it as "none").
-func (r *Registry) add(name string, mem []byte) *Pool {
-	p := &Pool{ID: r.nextID.Add(1), Name: name, mem: mem}
+func (r *Registry) add(name string, mem []byte, sealed bool) *Pool {
+	p := &Pool{ID: r.nextID.Add(1), Name: name, Sealed: sealed, mem: mem, done: make(chan struct{})}
 	r.mu.Lock()
 	r.pools[p.ID] = p
 	r.mu.Unlock()
@@ -68,6 +78,7 @@ func (r *Registry) remove(p *Pool) {
 	r.mu.Lock()
 	delete(r.pools, p.ID)
 	r.mu.Unlock()
+	close(p.done)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.mem != nil {

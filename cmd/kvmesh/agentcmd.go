@@ -29,6 +29,13 @@ func runAgent(args []string) error {
 	fs.Var(&maxBlock, "max-block-size", "largest block accepted")
 	namespaces := fs.String("namespaces", strings.Join(cfg.Namespaces, ","), "comma-separated namespaces served (model ids)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&cfg.TLSDir, "tls-dir", "", "cluster mode: directory with ca.crt, node.crt, node.key (`kvmesh tls cert create`)")
+	fs.BoolVar(&cfg.Dev, "dev", false, "cluster mode with a throwaway dev CA shared by local agents (never in production)")
+	fs.StringVar(&cfg.Bind, "bind", agent.DefaultBind, "cluster mode: UDP address of the mesh endpoint (QUIC: gossip and data)")
+	fs.StringVar(&cfg.Advertise, "advertise", "", `cluster mode: host:port peers reach this agent at ("" is --bind's)`)
+	join := fs.String("join", "", "cluster mode: seed agents, host:port[,host:port…]")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "cluster mode: owners per block (R)")
+	fs.StringVar(&cfg.NodeName, "node-name", "", "cluster mode: member name (default: the certificate's CN; under --dev the hostname)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,6 +49,14 @@ func runAgent(args []string) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	cfg.MemCapacity, cfg.DiskCapacity, cfg.MaxBlockSize = uint64(mem), uint64(disk), uint64(maxBlock)
 	cfg.Namespaces = strings.Split(*namespaces, ",")
+	if *join != "" {
+		cfg.Join = strings.Split(*join, ",")
+	}
+	bindSet := false
+	fs.Visit(func(f *flag.Flag) { bindSet = bindSet || f.Name == "bind" })
+	if !bindSet && !cfg.ClusterMode() {
+		cfg.Bind = "" // the default means nothing to a single node
+	}
 
 	a, err := agent.Start(cfg)
 	if err != nil {

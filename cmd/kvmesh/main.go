@@ -17,12 +17,13 @@ type command struct {
 
 // commands lists every subcommand; each lives in its own file.
 var commands = map[string]command{
-	"agent": {runAgent, "run the node agent"},
-	"bench": {runBench, "measure the agent's parts (store, …)"},
-	"get":   {runGet, "read a block: kvmesh get KEY > FILE"},
-	"put":   {runPut, "store a block: kvmesh put KEY FILE"},
-	"stat":  {runStat, "show the agent's tiers and counters"},
-	"tls":   {runTLS, "make the cluster CA and node certificates"},
+	"agent":   {runAgent, "run the node agent"},
+	"bench":   {runBench, "measure the agent's parts (store, …)"},
+	"get":     {runGet, "read a block: kvmesh get KEY > FILE"},
+	"members": {runMembers, "list the agents of the mesh"},
+	"put":     {runPut, "store a block: kvmesh put KEY FILE"},
+	"stat":    {runStat, "show the agent's tiers and counters"},
+	"tls":     {runTLS, "make the cluster CA and node certificates"},
 }
 
 func main() {

@@ -1183,6 +1183,186 @@ func (x *StatResponse) GetUptimeSeconds() float64 {
 	return 0
 }
 
+type MembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersRequest) Reset() {
+	*x = MembersRequest{}
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersRequest) ProtoMessage() {}
+
+func (x *MembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
+func (*MembersRequest) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{19}
+}
+
+type Member struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`          // the CN of its node certificate
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`    // host:port it serves the mesh on
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`        // alive, leaving, dead or left
+	Capacity      uint64                 `protobuf:"varint,4,opt,name=capacity,proto3" json:"capacity,omitempty"` // bytes of cache it offers (its placement weight)
+	Blocks        uint64                 `protobuf:"varint,5,opt,name=blocks,proto3" json:"blocks,omitempty"`     // blocks it holds, as it last gossiped
+	Version       string                 `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Member) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Member) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Member) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Member) GetCapacity() uint64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *Member) GetBlocks() uint64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *Member) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type MembersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	Replicas      uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"` // the replication factor R this agent places with
+	Self          string                 `protobuf:"bytes,3,opt,name=self,proto3" json:"self,omitempty"`          // this agent's member name ("" in single-node mode)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersResponse) Reset() {
+	*x = MembersResponse{}
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersResponse) ProtoMessage() {}
+
+func (x *MembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
+func (*MembersResponse) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *MembersResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *MembersResponse) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *MembersResponse) GetSelf() string {
+	if x != nil {
+		return x.Self
+	}
+	return ""
+}
+
 // Iovec is a span of a registered pool.
 type Iovec struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1194,7 +1374,7 @@ type Iovec struct {
 
 func (x *Iovec) Reset() {
 	*x = Iovec{}
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[19]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1386,7 @@ func (x *Iovec) String() string {
 func (*Iovec) ProtoMessage() {}
 
 func (x *Iovec) ProtoReflect() protoreflect.Message {
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[19]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1399,7 @@ func (x *Iovec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Iovec.ProtoReflect.Descriptor instead.
 func (*Iovec) Descriptor() ([]byte, []int) {
-	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{19}
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Iovec) GetOffset() uint64 {
@@ -1247,7 +1427,7 @@ type PoolBuffer struct {
 
 func (x *PoolBuffer) Reset() {
 	*x = PoolBuffer{}
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[20]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1439,7 @@ func (x *PoolBuffer) String() string {
 func (*PoolBuffer) ProtoMessage() {}
 
 func (x *PoolBuffer) ProtoReflect() protoreflect.Message {
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[20]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1452,7 @@ func (x *PoolBuffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolBuffer.ProtoReflect.Descriptor instead.
 func (*PoolBuffer) Descriptor() ([]byte, []int) {
-	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{20}
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PoolBuffer) GetPoolId() uint32 {
@@ -1299,7 +1479,7 @@ type PoolItem struct {
 
 func (x *PoolItem) Reset() {
 	*x = PoolItem{}
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[21]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1491,7 @@ func (x *PoolItem) String() string {
 func (*PoolItem) ProtoMessage() {}
 
 func (x *PoolItem) ProtoReflect() protoreflect.Message {
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[21]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1504,7 @@ func (x *PoolItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolItem.ProtoReflect.Descriptor instead.
 func (*PoolItem) Descriptor() ([]byte, []int) {
-	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{21}
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PoolItem) GetKey() []byte {
@@ -1352,7 +1532,7 @@ type PoolBatchRequest struct {
 
 func (x *PoolBatchRequest) Reset() {
 	*x = PoolBatchRequest{}
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[22]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1544,7 @@ func (x *PoolBatchRequest) String() string {
 func (*PoolBatchRequest) ProtoMessage() {}
 
 func (x *PoolBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[22]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1557,7 @@ func (x *PoolBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolBatchRequest.ProtoReflect.Descriptor instead.
 func (*PoolBatchRequest) Descriptor() ([]byte, []int) {
-	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{22}
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PoolBatchRequest) GetNamespace() string {
@@ -1414,7 +1594,7 @@ type PoolTokensRequest struct {
 
 func (x *PoolTokensRequest) Reset() {
 	*x = PoolTokensRequest{}
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[23]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1606,7 @@ func (x *PoolTokensRequest) String() string {
 func (*PoolTokensRequest) ProtoMessage() {}
 
 func (x *PoolTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[23]
+	mi := &file_kvmesh_v1_kvmesh_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1619,7 @@ func (x *PoolTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolTokensRequest.ProtoReflect.Descriptor instead.
 func (*PoolTokensRequest) Descriptor() ([]byte, []int) {
-	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{23}
+	return file_kvmesh_v1_kvmesh_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PoolTokensRequest) GetNamespace() string {
@@ -1567,7 +1747,19 @@ const file_kvmesh_v1_kvmesh_proto_rawDesc = "" +
 	"\x0emax_block_size\x18\t \x01(\x04R\fmaxBlockSize\x12\x18\n" +
 	"\aversion\x18\n" +
 	" \x01(\tR\aversion\x12%\n" +
-	"\x0euptime_seconds\x18\v \x01(\x01R\ruptimeSeconds\"7\n" +
+	"\x0euptime_seconds\x18\v \x01(\x01R\ruptimeSeconds\"\x10\n" +
+	"\x0eMembersRequest\"\x9a\x01\n" +
+	"\x06Member\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1a\n" +
+	"\bcapacity\x18\x04 \x01(\x04R\bcapacity\x12\x16\n" +
+	"\x06blocks\x18\x05 \x01(\x04R\x06blocks\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\tR\aversion\"n\n" +
+	"\x0fMembersResponse\x12+\n" +
+	"\amembers\x18\x01 \x03(\v2\x11.kvmesh.v1.MemberR\amembers\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\rR\breplicas\x12\x12\n" +
+	"\x04self\x18\x03 \x01(\tR\x04self\"7\n" +
 	"\x05Iovec\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x04R\x06length\"O\n" +
@@ -1596,7 +1788,7 @@ const file_kvmesh_v1_kvmesh_proto_rawDesc = "" +
 	"Durability\x12\x15\n" +
 	"\x11DURABILITY_MEMORY\x10\x00\x12\x13\n" +
 	"\x0fDURABILITY_DISK\x10\x01\x12\x19\n" +
-	"\x15DURABILITY_REPLICATED\x10\x022\xfe\b\n" +
+	"\x15DURABILITY_REPLICATED\x10\x022\xc0\t\n" +
 	"\x05Store\x124\n" +
 	"\x03Put\x12\x15.kvmesh.v1.PutRequest\x1a\x16.kvmesh.v1.PutResponse\x124\n" +
 	"\x03Get\x12\x15.kvmesh.v1.GetRequest\x1a\x16.kvmesh.v1.GetResponse\x12@\n" +
@@ -1612,7 +1804,8 @@ const file_kvmesh_v1_kvmesh_proto_rawDesc = "" +
 	"\vWriteTokens\x12\x1d.kvmesh.v1.WriteTokensRequest\x1a\x18.kvmesh.v1.BatchResponse\x12C\n" +
 	"\n" +
 	"ReadTokens\x12\x18.kvmesh.v1.TokensRequest\x1a\x1b.kvmesh.v1.BatchGetResponse\x127\n" +
-	"\x04Stat\x12\x16.kvmesh.v1.StatRequest\x1a\x17.kvmesh.v1.StatResponse\x12E\n" +
+	"\x04Stat\x12\x16.kvmesh.v1.StatRequest\x1a\x17.kvmesh.v1.StatResponse\x12@\n" +
+	"\aMembers\x12\x19.kvmesh.v1.MembersRequest\x1a\x1a.kvmesh.v1.MembersResponse\x12E\n" +
 	"\fPoolBatchPut\x12\x1b.kvmesh.v1.PoolBatchRequest\x1a\x18.kvmesh.v1.BatchResponse\x12E\n" +
 	"\fPoolBatchGet\x12\x1b.kvmesh.v1.PoolBatchRequest\x1a\x18.kvmesh.v1.BatchResponse\x12I\n" +
 	"\x0fPoolWriteTokens\x12\x1c.kvmesh.v1.PoolTokensRequest\x1a\x18.kvmesh.v1.BatchResponse\x12H\n" +
@@ -1631,7 +1824,7 @@ func file_kvmesh_v1_kvmesh_proto_rawDescGZIP() []byte {
 }
 
 var file_kvmesh_v1_kvmesh_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kvmesh_v1_kvmesh_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_kvmesh_v1_kvmesh_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_kvmesh_v1_kvmesh_proto_goTypes = []any{
 	(Durability)(0),            // 0: kvmesh.v1.Durability
 	(*Result)(nil),             // 1: kvmesh.v1.Result
@@ -1653,11 +1846,14 @@ var file_kvmesh_v1_kvmesh_proto_goTypes = []any{
 	(*StatRequest)(nil),        // 17: kvmesh.v1.StatRequest
 	(*TierStat)(nil),           // 18: kvmesh.v1.TierStat
 	(*StatResponse)(nil),       // 19: kvmesh.v1.StatResponse
-	(*Iovec)(nil),              // 20: kvmesh.v1.Iovec
-	(*PoolBuffer)(nil),         // 21: kvmesh.v1.PoolBuffer
-	(*PoolItem)(nil),           // 22: kvmesh.v1.PoolItem
-	(*PoolBatchRequest)(nil),   // 23: kvmesh.v1.PoolBatchRequest
-	(*PoolTokensRequest)(nil),  // 24: kvmesh.v1.PoolTokensRequest
+	(*MembersRequest)(nil),     // 20: kvmesh.v1.MembersRequest
+	(*Member)(nil),             // 21: kvmesh.v1.Member
+	(*MembersResponse)(nil),    // 22: kvmesh.v1.MembersResponse
+	(*Iovec)(nil),              // 23: kvmesh.v1.Iovec
+	(*PoolBuffer)(nil),         // 24: kvmesh.v1.PoolBuffer
+	(*PoolItem)(nil),           // 25: kvmesh.v1.PoolItem
+	(*PoolBatchRequest)(nil),   // 26: kvmesh.v1.PoolBatchRequest
+	(*PoolTokensRequest)(nil),  // 27: kvmesh.v1.PoolTokensRequest
 }
 var file_kvmesh_v1_kvmesh_proto_depIdxs = []int32{
 	0,  // 0: kvmesh.v1.PutRequest.durability:type_name -> kvmesh.v1.Durability
@@ -1669,53 +1865,56 @@ var file_kvmesh_v1_kvmesh_proto_depIdxs = []int32{
 	1,  // 6: kvmesh.v1.BatchGetResponse.results:type_name -> kvmesh.v1.Result
 	0,  // 7: kvmesh.v1.WriteTokensRequest.durability:type_name -> kvmesh.v1.Durability
 	18, // 8: kvmesh.v1.StatResponse.tiers:type_name -> kvmesh.v1.TierStat
-	20, // 9: kvmesh.v1.PoolBuffer.iovecs:type_name -> kvmesh.v1.Iovec
-	21, // 10: kvmesh.v1.PoolItem.buffer:type_name -> kvmesh.v1.PoolBuffer
-	22, // 11: kvmesh.v1.PoolBatchRequest.items:type_name -> kvmesh.v1.PoolItem
-	0,  // 12: kvmesh.v1.PoolBatchRequest.durability:type_name -> kvmesh.v1.Durability
-	21, // 13: kvmesh.v1.PoolTokensRequest.buffers:type_name -> kvmesh.v1.PoolBuffer
-	0,  // 14: kvmesh.v1.PoolTokensRequest.durability:type_name -> kvmesh.v1.Durability
-	2,  // 15: kvmesh.v1.Store.Put:input_type -> kvmesh.v1.PutRequest
-	4,  // 16: kvmesh.v1.Store.Get:input_type -> kvmesh.v1.GetRequest
-	7,  // 17: kvmesh.v1.Store.BatchPut:input_type -> kvmesh.v1.BatchPutRequest
-	9,  // 18: kvmesh.v1.Store.BatchGet:input_type -> kvmesh.v1.KeysRequest
-	9,  // 19: kvmesh.v1.Store.Exist:input_type -> kvmesh.v1.KeysRequest
-	9,  // 20: kvmesh.v1.Store.Query:input_type -> kvmesh.v1.KeysRequest
-	9,  // 21: kvmesh.v1.Store.Remove:input_type -> kvmesh.v1.KeysRequest
-	13, // 22: kvmesh.v1.Store.Clear:input_type -> kvmesh.v1.ClearRequest
-	9,  // 23: kvmesh.v1.Store.Pin:input_type -> kvmesh.v1.KeysRequest
-	9,  // 24: kvmesh.v1.Store.Unpin:input_type -> kvmesh.v1.KeysRequest
-	15, // 25: kvmesh.v1.Store.Match:input_type -> kvmesh.v1.TokensRequest
-	16, // 26: kvmesh.v1.Store.WriteTokens:input_type -> kvmesh.v1.WriteTokensRequest
-	15, // 27: kvmesh.v1.Store.ReadTokens:input_type -> kvmesh.v1.TokensRequest
-	17, // 28: kvmesh.v1.Store.Stat:input_type -> kvmesh.v1.StatRequest
-	23, // 29: kvmesh.v1.Store.PoolBatchPut:input_type -> kvmesh.v1.PoolBatchRequest
-	23, // 30: kvmesh.v1.Store.PoolBatchGet:input_type -> kvmesh.v1.PoolBatchRequest
-	24, // 31: kvmesh.v1.Store.PoolWriteTokens:input_type -> kvmesh.v1.PoolTokensRequest
-	24, // 32: kvmesh.v1.Store.PoolReadTokens:input_type -> kvmesh.v1.PoolTokensRequest
-	3,  // 33: kvmesh.v1.Store.Put:output_type -> kvmesh.v1.PutResponse
-	5,  // 34: kvmesh.v1.Store.Get:output_type -> kvmesh.v1.GetResponse
-	8,  // 35: kvmesh.v1.Store.BatchPut:output_type -> kvmesh.v1.BatchResponse
-	10, // 36: kvmesh.v1.Store.BatchGet:output_type -> kvmesh.v1.BatchGetResponse
-	11, // 37: kvmesh.v1.Store.Exist:output_type -> kvmesh.v1.ExistResponse
-	12, // 38: kvmesh.v1.Store.Query:output_type -> kvmesh.v1.QueryResponse
-	8,  // 39: kvmesh.v1.Store.Remove:output_type -> kvmesh.v1.BatchResponse
-	14, // 40: kvmesh.v1.Store.Clear:output_type -> kvmesh.v1.ClearResponse
-	8,  // 41: kvmesh.v1.Store.Pin:output_type -> kvmesh.v1.BatchResponse
-	8,  // 42: kvmesh.v1.Store.Unpin:output_type -> kvmesh.v1.BatchResponse
-	12, // 43: kvmesh.v1.Store.Match:output_type -> kvmesh.v1.QueryResponse
-	8,  // 44: kvmesh.v1.Store.WriteTokens:output_type -> kvmesh.v1.BatchResponse
-	10, // 45: kvmesh.v1.Store.ReadTokens:output_type -> kvmesh.v1.BatchGetResponse
-	19, // 46: kvmesh.v1.Store.Stat:output_type -> kvmesh.v1.StatResponse
-	8,  // 47: kvmesh.v1.Store.PoolBatchPut:output_type -> kvmesh.v1.BatchResponse
-	8,  // 48: kvmesh.v1.Store.PoolBatchGet:output_type -> kvmesh.v1.BatchResponse
-	8,  // 49: kvmesh.v1.Store.PoolWriteTokens:output_type -> kvmesh.v1.BatchResponse
-	8,  // 50: kvmesh.v1.Store.PoolReadTokens:output_type -> kvmesh.v1.BatchResponse
-	33, // [33:51] is the sub-list for method output_type
-	15, // [15:33] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	21, // 9: kvmesh.v1.MembersResponse.members:type_name -> kvmesh.v1.Member
+	23, // 10: kvmesh.v1.PoolBuffer.iovecs:type_name -> kvmesh.v1.Iovec
+	24, // 11: kvmesh.v1.PoolItem.buffer:type_name -> kvmesh.v1.PoolBuffer
+	25, // 12: kvmesh.v1.PoolBatchRequest.items:type_name -> kvmesh.v1.PoolItem
+	0,  // 13: kvmesh.v1.PoolBatchRequest.durability:type_name -> kvmesh.v1.Durability
+	24, // 14: kvmesh.v1.PoolTokensRequest.buffers:type_name -> kvmesh.v1.PoolBuffer
+	0,  // 15: kvmesh.v1.PoolTokensRequest.durability:type_name -> kvmesh.v1.Durability
+	2,  // 16: kvmesh.v1.Store.Put:input_type -> kvmesh.v1.PutRequest
+	4,  // 17: kvmesh.v1.Store.Get:input_type -> kvmesh.v1.GetRequest
+	7,  // 18: kvmesh.v1.Store.BatchPut:input_type -> kvmesh.v1.BatchPutRequest
+	9,  // 19: kvmesh.v1.Store.BatchGet:input_type -> kvmesh.v1.KeysRequest
+	9,  // 20: kvmesh.v1.Store.Exist:input_type -> kvmesh.v1.KeysRequest
+	9,  // 21: kvmesh.v1.Store.Query:input_type -> kvmesh.v1.KeysRequest
+	9,  // 22: kvmesh.v1.Store.Remove:input_type -> kvmesh.v1.KeysRequest
+	13, // 23: kvmesh.v1.Store.Clear:input_type -> kvmesh.v1.ClearRequest
+	9,  // 24: kvmesh.v1.Store.Pin:input_type -> kvmesh.v1.KeysRequest
+	9,  // 25: kvmesh.v1.Store.Unpin:input_type -> kvmesh.v1.KeysRequest
+	15, // 26: kvmesh.v1.Store.Match:input_type -> kvmesh.v1.TokensRequest
+	16, // 27: kvmesh.v1.Store.WriteTokens:input_type -> kvmesh.v1.WriteTokensRequest
+	15, // 28: kvmesh.v1.Store.ReadTokens:input_type -> kvmesh.v1.TokensRequest
+	17, // 29: kvmesh.v1.Store.Stat:input_type -> kvmesh.v1.StatRequest
+	20, // 30: kvmesh.v1.Store.Members:input_type -> kvmesh.v1.MembersRequest
+	26, // 31: kvmesh.v1.Store.PoolBatchPut:input_type -> kvmesh.v1.PoolBatchRequest
+	26, // 32: kvmesh.v1.Store.PoolBatchGet:input_type -> kvmesh.v1.PoolBatchRequest
+	27, // 33: kvmesh.v1.Store.PoolWriteTokens:input_type -> kvmesh.v1.PoolTokensRequest
+	27, // 34: kvmesh.v1.Store.PoolReadTokens:input_type -> kvmesh.v1.PoolTokensRequest
+	3,  // 35: kvmesh.v1.Store.Put:output_type -> kvmesh.v1.PutResponse
+	5,  // 36: kvmesh.v1.Store.Get:output_type -> kvmesh.v1.GetResponse
+	8,  // 37: kvmesh.v1.Store.BatchPut:output_type -> kvmesh.v1.BatchResponse
+	10, // 38: kvmesh.v1.Store.BatchGet:output_type -> kvmesh.v1.BatchGetResponse
+	11, // 39: kvmesh.v1.Store.Exist:output_type -> kvmesh.v1.ExistResponse
+	12, // 40: kvmesh.v1.Store.Query:output_type -> kvmesh.v1.QueryResponse
+	8,  // 41: kvmesh.v1.Store.Remove:output_type -> kvmesh.v1.BatchResponse
+	14, // 42: kvmesh.v1.Store.Clear:output_type -> kvmesh.v1.ClearResponse
+	8,  // 43: kvmesh.v1.Store.Pin:output_type -> kvmesh.v1.BatchResponse
+	8,  // 44: kvmesh.v1.Store.Unpin:output_type -> kvmesh.v1.BatchResponse
+	12, // 45: kvmesh.v1.Store.Match:output_type -> kvmesh.v1.QueryResponse
+	8,  // 46: kvmesh.v1.Store.WriteTokens:output_type -> kvmesh.v1.BatchResponse
+	10, // 47: kvmesh.v1.Store.ReadTokens:output_type -> kvmesh.v1.BatchGetResponse
+	19, // 48: kvmesh.v1.Store.Stat:output_type -> kvmesh.v1.StatResponse
+	22, // 49: kvmesh.v1.Store.Members:output_type -> kvmesh.v1.MembersResponse
+	8,  // 50: kvmesh.v1.Store.PoolBatchPut:output_type -> kvmesh.v1.BatchResponse
+	8,  // 51: kvmesh.v1.Store.PoolBatchGet:output_type -> kvmesh.v1.BatchResponse
+	8,  // 52: kvmesh.v1.Store.PoolWriteTokens:output_type -> kvmesh.v1.BatchResponse
+	8,  // 53: kvmesh.v1.Store.PoolReadTokens:output_type -> kvmesh.v1.BatchResponse
+	35, // [35:54] is the sub-list for method output_type
+	16, // [16:35] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_kvmesh_v1_kvmesh_proto_init() }
@@ -1729,7 +1928,7 @@ func file_kvmesh_v1_kvmesh_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvmesh_v1_kvmesh_proto_rawDesc), len(file_kvmesh_v1_kvmesh_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

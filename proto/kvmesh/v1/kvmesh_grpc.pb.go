@@ -38,6 +38,7 @@ const (
 	Store_WriteTokens_FullMethodName     = "/kvmesh.v1.Store/WriteTokens"
 	Store_ReadTokens_FullMethodName      = "/kvmesh.v1.Store/ReadTokens"
 	Store_Stat_FullMethodName            = "/kvmesh.v1.Store/Stat"
+	Store_Members_FullMethodName         = "/kvmesh.v1.Store/Members"
 	Store_PoolBatchPut_FullMethodName    = "/kvmesh.v1.Store/PoolBatchPut"
 	Store_PoolBatchGet_FullMethodName    = "/kvmesh.v1.Store/PoolBatchGet"
 	Store_PoolWriteTokens_FullMethodName = "/kvmesh.v1.Store/PoolWriteTokens"
@@ -71,6 +72,9 @@ type StoreClient interface {
 	WriteTokens(ctx context.Context, in *WriteTokensRequest, opts ...grpc.CallOption) (*BatchResponse, error)
 	ReadTokens(ctx context.Context, in *TokensRequest, opts ...grpc.CallOption) (*BatchGetResponse, error)
 	Stat(ctx context.Context, in *StatRequest, opts ...grpc.CallOption) (*StatResponse, error)
+	// Members lists the cluster as this agent sees it (one member, itself
+	// excluded, in single-node mode: an empty list).
+	Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error)
 	// The pool ops move bytes through host pools registered on the mempool
 	// socket (docs/engines.md) instead of inside the messages: each item names
 	// a pool and (offset, length) iovecs into it. Result.value is the bytes
@@ -235,6 +239,16 @@ func (c *storeClient) Stat(ctx context.Context, in *StatRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *storeClient) Members(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (*MembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MembersResponse)
+	err := c.cc.Invoke(ctx, Store_Members_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *storeClient) PoolBatchPut(ctx context.Context, in *PoolBatchRequest, opts ...grpc.CallOption) (*BatchResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BatchResponse)
@@ -302,6 +316,9 @@ type StoreServer interface {
 	WriteTokens(context.Context, *WriteTokensRequest) (*BatchResponse, error)
 	ReadTokens(context.Context, *TokensRequest) (*BatchGetResponse, error)
 	Stat(context.Context, *StatRequest) (*StatResponse, error)
+	// Members lists the cluster as this agent sees it (one member, itself
+	// excluded, in single-node mode: an empty list).
+	Members(context.Context, *MembersRequest) (*MembersResponse, error)
 	// The pool ops move bytes through host pools registered on the mempool
 	// socket (docs/engines.md) instead of inside the messages: each item names
 	// a pool and (offset, length) iovecs into it. Result.value is the bytes
@@ -367,6 +384,9 @@ func (UnimplementedStoreServer) ReadTokens(context.Context, *TokensRequest) (*Ba
 }
 func (UnimplementedStoreServer) Stat(context.Context, *StatRequest) (*StatResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Stat not implemented")
+}
+func (UnimplementedStoreServer) Members(context.Context, *MembersRequest) (*MembersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Members not implemented")
 }
 func (UnimplementedStoreServer) PoolBatchPut(context.Context, *PoolBatchRequest) (*BatchResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method PoolBatchPut not implemented")
@@ -653,6 +673,24 @@ func _Store_Stat_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Store_Members_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StoreServer).Members(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Store_Members_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StoreServer).Members(ctx, req.(*MembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Store_PoolBatchPut_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PoolBatchRequest)
 	if err := dec(in); err != nil {
@@ -787,6 +825,10 @@ var Store_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stat",
 			Handler:    _Store_Stat_Handler,
+		},
+		{
+			MethodName: "Members",
+			Handler:    _Store_Members_Handler,
 		},
 		{
 			MethodName: "PoolBatchPut",
