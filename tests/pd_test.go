@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"path/filepath"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -63,13 +64,18 @@ func (e *engineCache) block(b int) []byte {
 	return out
 }
 
-// pdAgents are the agents the prefill and the decode engine talk to. One
-// agent for now; for two, start them as a mesh (startMeshAgent, replicas 2)
-// and wait for both to see each other: nothing else in the test changes
-// but the durability (replicated) and where a block is removed (its owner).
+// pdAgents are the agents the prefill and the decode engine talk to: two
+// agents of one mesh on 127.0.0.1 and 127.0.0.2, each block replicated to
+// both (R = 2), so the decode side reads what the prefill side wrote on
+// another node.
 func pdAgents(t *testing.T) (prefill, decode *agentProc) {
-	a := startAgent(t, t.TempDir(), "--mem-capacity", "256MiB", "--disk-capacity", "0")
-	return a, a
+	caDir := filepath.Join(t.TempDir(), "ca")
+	kvmeshRun(t, "tls", "ca", "create", "--out", caDir)
+	a, seed := startMeshAgent(t, "127.0.0.1", nodeCert(t, caDir, "prefill"), "", 2, "--mem-capacity", "256MiB")
+	b, _ := startMeshAgent(t, "127.0.0.2", nodeCert(t, caDir, "decode"), seed, 2, "--mem-capacity", "256MiB")
+	waitMembers(t, a, "both alive", alive("prefill", "decode"))
+	waitMembers(t, b, "both alive", alive("prefill", "decode"))
+	return a, b
 }
 
 // TestPDRequestThroughStore is prefill→decode disaggregation through the
@@ -97,7 +103,7 @@ func TestPDRequestThroughStore(t *testing.T) {
 	}
 
 	s, err := prefill.c.KVCache().SaveRequest(ctx, &kvmeshv1.SaveTokensRequest{CacheId: prefill.id, Tokens: tokens, BlockIds: src,
-		Durability: kvmeshv1.Durability_DURABILITY_MEMORY})
+		Durability: kvmeshv1.Durability_DURABILITY_REPLICATED})
 	if err != nil || s.Saved != 11 {
 		t.Fatalf("SaveRequest: %v %v", s, err)
 	}
@@ -110,7 +116,7 @@ func TestPDRequestThroughStore(t *testing.T) {
 		}
 	}
 
-	// Remove block 4 (both its keys are needed; drop one) where it is stored.
+	// Remove block 4 (both its keys are needed; drop one) at its owners.
 	chain, err := keys.Chain(keys.DefaultNamespace, tokens, pdLayout.BlockTokens)
 	if err != nil {
 		t.Fatal(err)
