@@ -25,6 +25,7 @@ import (
 	"github.com/kvmesh/kvmesh/agent/mesh"
 	"github.com/kvmesh/kvmesh/agent/store"
 	"github.com/kvmesh/kvmesh/gpu"
+	"github.com/kvmesh/kvmesh/policy"
 	kvmeshv1 "github.com/kvmesh/kvmesh/proto/kvmesh/v1"
 	"github.com/kvmesh/kvmesh/proto/sglang/runtime/hicache"
 )
@@ -45,6 +46,7 @@ type Agent struct {
 	mux      *http.ServeMux
 	registry *prometheus.Registry
 	gpus     *gpu.Node
+	policies *policy.Manager
 	wg       sync.WaitGroup
 }
 
@@ -118,6 +120,17 @@ func (a *Agent) start() error {
 		}
 	}()
 
+	a.policies, err = policy.NewManager(context.Background(), policy.ManagerConfig{
+		Dir: filepath.Join(cfg.DataDir, "policies"), Token: cfg.AdminToken, Slots: a.store, Logger: a.log})
+	if err != nil {
+		return fmt.Errorf("policies: %w", err)
+	}
+	a.registry.MustRegister(a.policies.Metrics())
+	a.mux.Handle("/v1/policies", a.policies.Handler())
+	a.mux.Handle("/v1/policies/", a.policies.Handler())
+	if cfg.AdminToken == "" {
+		a.log.Info("no --admin-token: policy uploads are refused")
+	}
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -187,6 +200,11 @@ func (a *Agent) Close() error {
 		if lerr := a.mesh.Leave(leaveTimeout); lerr != nil {
 			a.log.Warn("left the mesh with errors", "err", lerr)
 		}
+	}
+	if a.policies != nil { // slots back on native policies before the store goes
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		a.policies.Close(ctx)
+		cancel()
 	}
 	if a.store != nil {
 		err = a.store.Close()

@@ -20,7 +20,8 @@ import (
 type Config struct {
 	DataDir      string   // block files, policies, the lock file
 	Socket       string   // Unix socket of the local gRPC API
-	AdminAddr    string   // HTTP listener for /healthz and /metrics; "" disables it
+	AdminAddr    string   // HTTP listener for /healthz, /metrics and /v1/policies; "" disables it
+	AdminToken   string   // bearer token for policy uploads; "" refuses them
 	MemCapacity  uint64   // bytes of the memory tier
 	DiskCapacity uint64   // bytes of the disk tier; 0 disables it
 	MaxBlockSize uint64   // largest block accepted

@@ -45,3 +45,9 @@ func (l *LRU) Victims(dst []uint64, max int) []uint64 {
 
 // Len is the number of blocks tracked.
 func (l *LRU) Len() int { return len(l.at) }
+
+// Has reports whether the block is tracked.
+func (l *LRU) Has(id uint64) bool {
+	_, ok := l.at[id]
+	return ok
+}

@@ -23,6 +23,7 @@ func runAgent(args []string) error {
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "Unix socket of the local API")
 	fs.StringVar(&cfg.MempoolSocket, "mempool-socket", "", `Unix socket where engines register memfd pools ("" is mempool.sock beside --socket)`)
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, `admin HTTP address for /healthz and /metrics ("" disables)`)
+	fs.StringVar(&cfg.AdminToken, "admin-token", os.Getenv("KVMESH_ADMIN_TOKEN"), "bearer token for policy uploads (default $KVMESH_ADMIN_TOKEN; none refuses uploads)")
 	mem, disk, maxBlock := agent.Size(cfg.MemCapacity), agent.Size(cfg.DiskCapacity), agent.Size(cfg.MaxBlockSize)
 	fs.Var(&mem, "mem-capacity", "bytes of the memory tier (e.g. 512MiB)")
 	fs.Var(&disk, "disk-capacity", "bytes of the disk tier (e.g. 100GiB; 0 disables it)")

@@ -12,6 +12,7 @@ var benches = map[string]func(args []string) error{
 	"swap":      benchSwap,
 	"transport": benchTransport,
 	"cluster":   benchCluster,
+	"policy":    benchPolicy,
 }
 
 func runBench(args []string) error {

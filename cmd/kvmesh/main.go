@@ -21,7 +21,9 @@ var commands = map[string]command{
 	"bench":   {runBench, "measure the agent's parts (store, …)"},
 	"get":     {runGet, "read a block: kvmesh get KEY > FILE"},
 	"members": {runMembers, "list the agents of the mesh"},
+	"policy":  {runPolicy, "upload, list and roll back the agent's policy modules"},
 	"put":     {runPut, "store a block: kvmesh put KEY FILE"},
+	"replay":  {runReplay, "replay a request trace through eviction and admission policies"},
 	"stat":    {runStat, "show the agent's tiers and counters"},
 	"tls":     {runTLS, "make the cluster CA and node certificates"},
 }
