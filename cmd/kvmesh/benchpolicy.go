@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -98,9 +96,7 @@ func benchPolicy(args []string) error {
 		WasmOverNative   float64 `json:"wasm_over_native"`
 	}{"lru", *module, nres.Requests, nres.Events, nres.HitRate(), nns, wns, wns / nns}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printJSON(out)
 	}
 	fmt.Printf("LRU over %d requests (%d events), hit rate %.4f\n", out.Requests, out.Events, out.HitRate)
 	fmt.Printf("native %8.1f ns per event\n", nns)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -130,9 +129,7 @@ func runStat(args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return printJSON(st)
 	}
 	fmt.Printf("kvmesh agent %s, up %s, namespaces %v\n", st.Version,
 		(time.Duration(st.UptimeSeconds) * time.Second).String(), st.Namespaces)

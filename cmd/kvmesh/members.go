@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -30,9 +29,7 @@ func runMembers(args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(ms)
+		return printJSON(ms)
 	}
 	if ms.Self == "" {
 		fmt.Println("single-node mode (start the agent with --tls-dir or --dev to join a mesh)")
