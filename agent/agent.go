@@ -47,6 +47,7 @@ type Agent struct {
 	registry *prometheus.Registry
 	gpus     *gpu.Node
 	policies *policy.Manager
+	stop     chan struct{} // closed by Close: background loops end
 	wg       sync.WaitGroup
 }
 
@@ -56,7 +57,7 @@ func Start(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), registry: prometheus.NewRegistry()}
+	a := &Agent{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), registry: prometheus.NewRegistry(), stop: make(chan struct{})}
 	if err := a.start(); err != nil {
 		a.Close()
 		return nil, err
@@ -88,6 +89,21 @@ func (a *Agent) start() error {
 	if err != nil {
 		return err
 	}
+	a.gpus = gpu.Discover(nvml.New(), a.log) // host-only, said once, without a driver
+	// Policies before the mesh, so the mesh shares them from its first
+	// gossip on.
+	telemetry := &policy.TelemetryFeed{}
+	a.policies, err = policy.NewManager(context.Background(), policy.ManagerConfig{
+		Dir: filepath.Join(cfg.DataDir, "policies"), Token: cfg.AdminToken, Slots: a.store, Logger: a.log, Telemetry: telemetry})
+	if err != nil {
+		return fmt.Errorf("policies: %w", err)
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.feedTelemetry(telemetry, a.stop)
+	}()
+	a.registry.MustRegister(a.policies.Metrics(), a.policies.ClusterMetrics())
 	if cfg.ClusterMode() {
 		if err := a.startMesh(); err != nil {
 			return err
@@ -98,7 +114,6 @@ func (a *Agent) start() error {
 		return err
 	}
 	m := newMetrics(a.store)
-	a.gpus = gpu.Discover(nvml.New(), a.log) // host-only, said once, without a driver
 	a.registry.MustRegister(m, a.gpus, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	msgLimit := int(min(cfg.MaxBlockSize*4+(1<<20), 1<<31-1))
 	a.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(msgLimit), grpc.MaxSendMsgSize(msgLimit),
@@ -120,12 +135,6 @@ func (a *Agent) start() error {
 		}
 	}()
 
-	a.policies, err = policy.NewManager(context.Background(), policy.ManagerConfig{
-		Dir: filepath.Join(cfg.DataDir, "policies"), Token: cfg.AdminToken, Slots: a.store, Logger: a.log})
-	if err != nil {
-		return fmt.Errorf("policies: %w", err)
-	}
-	a.registry.MustRegister(a.policies.Metrics())
 	a.mux.Handle("/v1/policies", a.policies.Handler())
 	a.mux.Handle("/v1/policies/", a.policies.Handler())
 	if cfg.AdminToken == "" {
@@ -174,6 +183,11 @@ func (a *Agent) AdminAddr() string {
 
 // Close stops serving, waits for requests in flight, and closes the store.
 func (a *Agent) Close() error {
+	select {
+	case <-a.stop:
+	default:
+		close(a.stop)
+	}
 	if a.admin != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		a.admin.Shutdown(ctx)

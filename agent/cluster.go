@@ -36,12 +36,26 @@ func (c Config) checkCluster() error {
 		if c.Replicas < 0 {
 			return fmt.Errorf("--replicas %d: need at least 1", c.Replicas)
 		}
+		if _, err := c.gossipConfig(); err != nil {
+			return err
+		}
 		return nil
 	}
-	if len(c.Join) > 0 || c.Bind != "" || c.Advertise != "" || c.NodeName != "" || c.Replicas > 1 {
-		return errors.New("--join, --bind, --advertise, --node-name and --replicas need cluster mode: give --tls-dir DIR (a node certificate from the cluster CA) or --dev")
+	if len(c.Join) > 0 || c.Bind != "" || c.Advertise != "" || c.NodeName != "" || c.Replicas > 1 || (c.GossipProfile != "" && c.GossipProfile != "lan") {
+		return errors.New("--join, --bind, --advertise, --node-name, --replicas and --gossip-profile need cluster mode: give --tls-dir DIR (a node certificate from the cluster CA) or --dev")
 	}
 	return nil
+}
+
+// gossipConfig is the gossip preset GossipProfile names.
+func (c Config) gossipConfig() (gossip.Config, error) {
+	switch c.GossipProfile {
+	case "", "lan":
+		return gossip.LAN(), nil
+	case "local":
+		return gossip.Local(), nil
+	}
+	return gossip.Config{}, fmt.Errorf("--gossip-profile %q: want lan or local", c.GossipProfile)
 }
 
 // identity is the node's mesh certificate: from TLSDir (its CN must match
@@ -82,7 +96,11 @@ func (a *Agent) startMesh() error {
 	if err != nil {
 		return err
 	}
-	tc, gc := transport.LAN(), gossip.LAN()
+	gc, err := a.cfg.gossipConfig()
+	if err != nil {
+		return err
+	}
+	tc := transport.LAN()
 	tc.Bind, tc.Advertise = a.cfg.Bind, a.cfg.Advertise
 	if tc.Bind == "" {
 		tc.Bind = DefaultBind
@@ -96,6 +114,7 @@ func (a *Agent) startMesh() error {
 		return fmt.Errorf("mesh on %s: %w", tc.Bind, err)
 	}
 	a.registry.MustRegister(a.mesh.Collectors()...)
+	a.mesh.SharePolicies(a.policies) // a push or rollback on any agent reaches all
 	return nil
 }
 

@@ -43,6 +43,10 @@ type Config struct {
 	Join      []string // seeds, host:port
 	Replicas  int      // owners per key (R); 1 when zero
 	NodeName  string   // member name: the certificate's CN; under Dev, "" is the hostname
+	// GossipProfile picks the gossip timings: "lan" (or "") for
+	// memberlist's data-centre defaults, "local" for the aggressive ones
+	// of members on one machine or in one test (gossip.Local).
+	GossipProfile string
 }
 
 // DefaultConfig is a single-node agent with 1 GiB of memory and 8 GiB of

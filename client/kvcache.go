@@ -46,3 +46,37 @@ func (c *Client) LoadRequest(ctx context.Context, cacheID uint64, tokens []int32
 	}
 	return err
 }
+
+// QueryRanks returns how many leading blocks of a token sequence are
+// stored for every one of the caches, one registered per tensor-parallel
+// rank: the minimum over the ranks, and so how many blocks each rank can
+// load (LoadRequest with RequestPrefix of the tokens and its block ids).
+func (c *Client) QueryRanks(ctx context.Context, cacheIDs []uint64, tokens []int32) (int, error) {
+	r, err := c.KVCache().QueryRanks(ctx, &kvmeshv1.QueryRanksRequest{CacheIds: cacheIDs, Tokens: tokens})
+	if err != nil {
+		return 0, err
+	}
+	return int(r.Present), nil
+}
+
+// QueryModelRanks is QueryRanks for a process that holds no cache (a
+// scheduler): the ranks are 0 .. tpSize-1 of the namespace's model, whose
+// caches hold blockTokens tokens per block.
+func (c *Client) QueryModelRanks(ctx context.Context, ns string, tpSize, blockTokens int, tokens []int32) (int, error) {
+	r, err := c.KVCache().QueryRanks(ctx, &kvmeshv1.QueryRanksRequest{Namespace: ns, TpSize: uint32(tpSize),
+		BlockTokens: uint32(blockTokens), Tokens: tokens})
+	if err != nil {
+		return 0, err
+	}
+	return int(r.Present), nil
+}
+
+// RequestPrefix cuts a request down to its first blocks blocks of
+// blockTokens tokens: the tokens they hold (the partial tail included when
+// blocks covers it) and their block ids, as LoadRequest takes them. The
+// prefix's chain keys are the request's own, so loading it loads the
+// request's leading blocks.
+func RequestPrefix(tokens []int32, blockIDs []uint32, blocks, blockTokens int) ([]int32, []uint32) {
+	blocks = max(0, min(blocks, len(blockIDs)))
+	return tokens[:min(len(tokens), blocks*blockTokens)], blockIDs[:blocks]
+}

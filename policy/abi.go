@@ -18,6 +18,7 @@ const (
 	exportVictims    = "kvmesh_victims"     // (max i32) -> count | error < 0
 	exportAdmit      = "kvmesh_admit"       // (n i32) -> count | error < 0
 	exportPrefetch   = "kvmesh_prefetch"    // (n i32) -> count | error < 0
+	exportTelemetry  = "kvmesh_telemetry"   // (n i32) -> 0 | error != 0; optional in every slot
 	exportInitialize = "_initialize"        // reactor start, called once if present
 	exportMemory     = "memory"
 )

@@ -29,6 +29,7 @@ func (m *Module) DryRun(ctx context.Context) error {
 		}
 	}()
 	store := newSyntheticStore(256)
+	feed := &TelemetryFeed{}
 	var evict Eviction = NewLRU()
 	var admit Admission
 	var prefetch Prefetch
@@ -38,15 +39,15 @@ func (m *Module) DryRun(ctx context.Context) error {
 		switch slot {
 		case SlotEviction:
 			var w *WasmEviction
-			w, err = m.NewEviction(ctx, TierMemory, BindConfig{})
+			w, err = m.NewEviction(ctx, TierMemory, BindConfig{Telemetry: feed})
 			evict, b = w, w
 		case SlotAdmission:
 			var w *WasmAdmission
-			w, err = m.NewAdmission(ctx, BindConfig{})
+			w, err = m.NewAdmission(ctx, BindConfig{Telemetry: feed})
 			admit, b = w, w
 		case SlotPrefetch:
 			var w *WasmPrefetch
-			w, err = m.NewPrefetch(ctx, BindConfig{})
+			w, err = m.NewPrefetch(ctx, BindConfig{Telemetry: feed})
 			prefetch, b = w, w
 		}
 		if err != nil {
@@ -64,9 +65,12 @@ func (m *Module) DryRun(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	deadline := time.Now().Add(dryRunBudget)
-	for range 600 {
+	for i := range 600 {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("dry run took longer than %v", dryRunBudget)
+		}
+		if i%50 == 0 {
+			feed.Publish(syntheticReadings(store.now, i))
 		}
 		store.request(evict, admit, prefetch)
 		if err := failed(); err != nil {
@@ -174,4 +178,15 @@ func (s *syntheticStore) request(evict Eviction, admit Admission, prefetch Prefe
 		s.memory[e.ID] = true
 	}
 	evict.Observe(inserts)
+}
+
+// syntheticReadings is a two-GPU telemetry sample for a dry run: memory
+// filling up and PCIe traffic that varies with step.
+func syntheticReadings(now int64, step int) []Reading {
+	const total = 80 << 30
+	used := uint64(step%600) * (total / 600)
+	return []Reading{
+		{Time: now, Device: 0, MemoryUsed: used, MemoryTotal: total, PCIeTxBytesPerSec: int64(step) << 20, PCIeRxBytesPerSec: int64(600-step) << 20},
+		{Time: now, Device: 1, MemoryUsed: total - used, MemoryTotal: total, PCIeTxBytesPerSec: -1, PCIeRxBytesPerSec: -1},
+	}
 }

@@ -39,6 +39,9 @@ type ManagerConfig struct {
 	Limits Limits
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Telemetry, if set, feeds GPU readings to modules that export
+	// kvmesh_telemetry.
+	Telemetry *TelemetryFeed
 }
 
 // Manager validates, stores, activates and rolls back policy modules, and
@@ -53,6 +56,7 @@ type Manager struct {
 	state   managerState
 	active  map[slotKey]*activeBinding
 	modules map[string]*Module // compiled modules an active binding uses
+	cluster clusterState       // manager_cluster.go
 }
 
 // slotKey names one slot: "admission", "prefetch", "eviction/memory" or
@@ -81,18 +85,31 @@ var allSlotKeys = []struct {
 type managerState struct {
 	Slots   map[slotKey]*slotState `json:"slots"`
 	Modules map[string]moduleInfo  `json:"modules"`
+	// Clock is the Lamport clock that versions activations: the highest
+	// version this manager has issued or heard of.
+	Clock uint64 `json:"clock,omitempty"`
 }
 
 type slotState struct {
 	Active  string   `json:"active,omitempty"`  // digest; "" is the native policy
 	History []string `json:"history,omitempty"` // earlier actives, oldest first
 	Since   string   `json:"since,omitempty"`   // RFC 3339 time of activation
+	// Version and Origin identify the activation record Active came
+	// from (Record); 0 for a slot never changed.
+	Version uint64 `json:"version,omitempty"`
+	Origin  string `json:"origin,omitempty"`
+	// Rollback is set when that record was made by a rollback.
+	Rollback bool `json:"rollback,omitempty"`
+	// Refused is a newer record from another agent that failed
+	// validation here; the slot kept Active. Nil when none.
+	Refused *Refusal `json:"refused,omitempty"`
 }
 
 type moduleInfo struct {
 	Size     int      `json:"size"`
 	Slots    []string `json:"slots"`
 	Uploaded string   `json:"uploaded"`
+	From     string   `json:"from,omitempty"` // the agent it was fetched from; "" uploaded here
 }
 
 // maxHistory bounds how far back rollbacks reach.
@@ -131,10 +148,17 @@ func NewManager(ctx context.Context, cfg ManagerConfig) (*Manager, error) {
 		state:   managerState{Slots: map[slotKey]*slotState{}, Modules: map[string]moduleInfo{}},
 		active:  map[slotKey]*activeBinding{},
 		modules: map[string]*Module{},
+		cluster: newClusterState(),
 	}
 	if err := m.loadState(); err != nil {
 		rt.Close(ctx)
 		return nil, err
+	}
+	for _, st := range m.state.Slots {
+		m.state.Clock = max(m.state.Clock, st.Version)
+		if st.Refused != nil {
+			m.state.Clock = max(m.state.Clock, st.Refused.Version)
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -178,30 +202,65 @@ func (m *Manager) Close(ctx context.Context) error {
 
 // Push validates wasm (compiles, ABI version, dry run), stores it and
 // activates it in the slot, remembering the module it replaces for
-// Rollback. It returns the module's digest.
+// Rollback. It returns the module's digest. In a cluster the activation
+// then reaches every agent (SetCluster).
 func (m *Manager) Push(ctx context.Context, wasm []byte, slot Slot, tier Tier) (string, error) {
+	rec, err := m.push(ctx, wasm, slot, tier)
+	return rec.Module, err
+}
+
+func (m *Manager) push(ctx context.Context, wasm []byte, slot Slot, tier Tier) (Record, error) {
 	if slot != SlotEviction && tier != TierMemory {
-		return "", &RequestError{fmt.Errorf("a tier applies to the eviction slot only")}
+		return Record{}, &RequestError{fmt.Errorf("a tier applies to the eviction slot only")}
 	}
-	mod, err := m.rt.Compile(ctx, wasm)
+	mod, err := m.validate(ctx, wasm, slot)
 	if err != nil {
-		return "", &RequestError{err}
-	}
-	if !mod.Implements(slot) {
-		mod.Close(ctx)
-		return "", &RequestError{fmt.Errorf("module does not implement the %s slot (it implements %v)", slot, mod.Slots())}
-	}
-	if err := mod.DryRun(ctx); err != nil {
-		mod.Close(ctx)
-		return "", &RequestError{err}
+		return Record{}, &RequestError{err}
 	}
 	digest := mod.Digest()
 
+	var rec Record
+	defer func() { m.announce(rec) }() // after the unlock below
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.store(ctx, mod, wasm, ""); err != nil {
+		return Record{}, err
+	}
+	key := keyOf(slot, tier)
+	if err := m.activate(ctx, slot, tier, digest); err != nil {
+		m.closeUnused(ctx)
+		return Record{}, err
+	}
+	rec = m.install(key, digest, false, m.issue(key))
+	m.log.Info("policy activated", "slot", key, "module", digest, "version", rec.Version)
+	return rec, m.saveState()
+}
+
+// validate compiles wasm and checks it as an upload is checked: ABI,
+// the slot, a dry run. The caller closes the module.
+func (m *Manager) validate(ctx context.Context, wasm []byte, slot Slot) (*Module, error) {
+	mod, err := m.rt.Compile(ctx, wasm)
+	if err != nil {
+		return nil, err
+	}
+	if !mod.Implements(slot) {
+		mod.Close(ctx)
+		return nil, fmt.Errorf("module does not implement the %s slot (it implements %v)", slot, mod.Slots())
+	}
+	if err := mod.DryRun(ctx); err != nil {
+		mod.Close(ctx)
+		return nil, err
+	}
+	return mod, nil
+}
+
+// store writes a validated module under its digest and keeps it compiled
+// (closing mod if an equal one is); m.mu must be held.
+func (m *Manager) store(ctx context.Context, mod *Module, wasm []byte, from string) error {
+	digest := mod.Digest()
 	if err := writeFileAtomic(m.modulePath(digest), wasm); err != nil {
 		mod.Close(ctx)
-		return "", err
+		return err
 	}
 	if known := m.modules[digest]; known != nil {
 		mod.Close(ctx)
@@ -212,38 +271,53 @@ func (m *Manager) Push(ctx context.Context, wasm []byte, slot Slot, tier Tier) (
 	for _, s := range mod.Slots() {
 		names = append(names, s.String())
 	}
-	m.state.Modules[digest] = moduleInfo{Size: len(wasm), Slots: names, Uploaded: time.Now().UTC().Format(time.RFC3339)}
+	m.state.Modules[digest] = moduleInfo{Size: len(wasm), Slots: names, Uploaded: time.Now().UTC().Format(time.RFC3339), From: from}
+	return nil
+}
 
-	key := keyOf(slot, tier)
+// install records digest as the slot's active module under rec (whose
+// Module and Rollback it sets): a push remembers the module it replaces
+// for rollbacks, a rollback forgets the entry it went back to. m.mu must
+// be held.
+func (m *Manager) install(key slotKey, digest string, rollback bool, rec Record) Record {
 	st := m.slotState(key)
-	if err := m.activate(ctx, slot, tier, digest); err != nil {
-		m.closeUnused(ctx)
-		return "", err
-	}
-	if st.Active != digest {
+	switch {
+	case rollback:
+		if n := len(st.History); n > 0 && st.History[n-1] == digest {
+			st.History = st.History[:n-1]
+		}
+	case st.Active != digest:
 		st.History = append(st.History, st.Active)
 		if len(st.History) > maxHistory {
 			st.History = st.History[len(st.History)-maxHistory:]
 		}
 	}
 	st.Active, st.Since = digest, time.Now().UTC().Format(time.RFC3339)
-	m.log.Info("policy activated", "slot", key, "module", digest)
-	return digest, m.saveState()
+	st.Version, st.Origin, st.Rollback, st.Refused = rec.Version, rec.Origin, rollback, nil
+	rec.Module, rec.Rollback = digest, rollback
+	return rec
 }
 
 // Rollback re-activates the module the slot had before its current one,
 // or its native policy if it had none. It returns the digest now active
 // ("" for native).
 func (m *Manager) Rollback(ctx context.Context, slot Slot, tier Tier) (string, error) {
+	rec, err := m.rollback(ctx, slot, tier)
+	return rec.Module, err
+}
+
+func (m *Manager) rollback(ctx context.Context, slot Slot, tier Tier) (Record, error) {
 	if slot != SlotEviction && tier != TierMemory {
-		return "", &RequestError{fmt.Errorf("a tier applies to the eviction slot only")}
+		return Record{}, &RequestError{fmt.Errorf("a tier applies to the eviction slot only")}
 	}
+	var rec Record
+	defer func() { m.announce(rec) }() // after the unlock below
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := keyOf(slot, tier)
 	st := m.slotState(key)
 	if st.Active == "" && len(st.History) == 0 {
-		return "", &RequestError{fmt.Errorf("slot %s runs its native policy and has nothing to roll back to", key)}
+		return Record{}, &RequestError{fmt.Errorf("slot %s runs its native policy and has nothing to roll back to", key)}
 	}
 	prev := ""
 	if n := len(st.History); n > 0 {
@@ -252,12 +326,11 @@ func (m *Manager) Rollback(ctx context.Context, slot Slot, tier Tier) (string, e
 	if prev == "" {
 		m.deactivate(key, slot, tier)
 	} else if err := m.activate(ctx, slot, tier, prev); err != nil {
-		return "", fmt.Errorf("rolling %s back to %s: %w", key, prev, err)
+		return Record{}, fmt.Errorf("rolling %s back to %s: %w", key, prev, err)
 	}
-	st.History = st.History[:max(len(st.History)-1, 0)]
-	st.Active, st.Since = prev, time.Now().UTC().Format(time.RFC3339)
-	m.log.Info("policy rolled back", "slot", key, "module", prev)
-	return prev, m.saveState()
+	rec = m.install(key, prev, true, m.issue(key))
+	m.log.Info("policy rolled back", "slot", key, "module", prev, "version", rec.Version)
+	return rec, m.saveState()
 }
 
 // activate binds module digest (compiling it from the store if needed) to
@@ -275,7 +348,7 @@ func (m *Manager) activate(ctx context.Context, slot Slot, tier Tier, digest str
 		m.modules[digest] = mod
 	}
 	key := keyOf(slot, tier)
-	cfg := BindConfig{Metrics: m.metrics, OnDisable: func(err error) {
+	cfg := BindConfig{Metrics: m.metrics, Telemetry: m.cfg.Telemetry, OnDisable: func(err error) {
 		m.log.Error("policy module taken out of service; native policy answers", "slot", key, "module", digest, "err", err)
 	}}
 	var b *activeBinding
@@ -354,6 +427,14 @@ type SlotStatus struct {
 	Error   string   `json:"error,omitempty"`  // why a failed module is out of service
 	Since   string   `json:"since,omitempty"`
 	History []string `json:"history,omitempty"` // what rollbacks go back to, most recent first ("" is native)
+	// Version orders the slot's activations cluster-wide (a Lamport
+	// clock; 0: never changed); Origin is the agent where the activation
+	// (push or rollback) was made, "" in single-node mode.
+	Version uint64 `json:"version,omitempty"`
+	Origin  string `json:"origin,omitempty"`
+	// Refused is a newer activation from another agent that failed
+	// validation here: the slot kept its module.
+	Refused *Refusal `json:"refused,omitempty"`
 }
 
 // ModuleStatus is one stored module in the listing.
@@ -362,6 +443,7 @@ type ModuleStatus struct {
 	Size     int      `json:"size"`
 	Slots    []string `json:"slots"`
 	Uploaded string   `json:"uploaded"`
+	From     string   `json:"from,omitempty"` // the agent it was fetched from; "" uploaded here
 }
 
 // Listing is what GET /v1/policies answers.
@@ -378,7 +460,8 @@ func (m *Manager) List() Listing {
 	out := Listing{ABIVersion: ABIVersion}
 	for _, s := range allSlotKeys {
 		st := m.slotState(s.key)
-		ss := SlotStatus{Slot: s.slot.String(), Active: st.Active, State: "native", Since: st.Since}
+		ss := SlotStatus{Slot: s.slot.String(), Active: st.Active, State: "native", Since: st.Since,
+			Version: st.Version, Origin: st.Origin, Refused: st.Refused}
 		if s.slot == SlotEviction {
 			ss.Tier = s.tier.String()
 		}
@@ -398,7 +481,7 @@ func (m *Manager) List() Listing {
 		out.Slots = append(out.Slots, ss)
 	}
 	for d, info := range m.state.Modules {
-		out.Modules = append(out.Modules, ModuleStatus{Digest: d, Size: info.Size, Slots: info.Slots, Uploaded: info.Uploaded})
+		out.Modules = append(out.Modules, ModuleStatus{Digest: d, Size: info.Size, Slots: info.Slots, Uploaded: info.Uploaded, From: info.From})
 	}
 	sort.Slice(out.Modules, func(i, j int) bool { return out.Modules[i].Uploaded < out.Modules[j].Uploaded })
 	return out

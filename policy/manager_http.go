@@ -53,6 +53,10 @@ type PushResult struct {
 	Digest string `json:"digest"`
 	Slot   string `json:"slot"`
 	Tier   string `json:"tier,omitempty"`
+	// Version orders the activation cluster-wide; Origin is this agent
+	// (empty in single-node mode).
+	Version uint64 `json:"version,omitempty"`
+	Origin  string `json:"origin,omitempty"`
 }
 
 func (m *Manager) servePush(w http.ResponseWriter, r *http.Request) {
@@ -71,12 +75,12 @@ func (m *Manager) servePush(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	digest, err := m.Push(r.Context(), wasm, slot, tier)
+	rec, err := m.push(r.Context(), wasm, slot, tier)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, PushResult{Digest: digest, Slot: slot.String(), Tier: tierParam(slot, tier)})
+	writeJSON(w, http.StatusCreated, PushResult{Digest: rec.Module, Slot: slot.String(), Tier: tierParam(slot, tier), Version: rec.Version, Origin: rec.Origin})
 }
 
 func (m *Manager) serveRollback(w http.ResponseWriter, r *http.Request) {
@@ -85,12 +89,12 @@ func (m *Manager) serveRollback(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	digest, err := m.Rollback(r.Context(), slot, tier)
+	rec, err := m.rollback(r.Context(), slot, tier)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, PushResult{Digest: digest, Slot: slot.String(), Tier: tierParam(slot, tier)})
+	writeJSON(w, http.StatusOK, PushResult{Digest: rec.Module, Slot: slot.String(), Tier: tierParam(slot, tier), Version: rec.Version, Origin: rec.Origin})
 }
 
 func slotParams(r *http.Request) (Slot, Tier, error) {

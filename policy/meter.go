@@ -18,8 +18,16 @@ import (
 // the count of instructions up to the next such point; a path that leaves
 // a segment early has paid for more than it ran, never for less. Bulk
 // memory and table operations also subtract their length / 16 before they
-// run. A guest whose fuel goes negative traps at once, so a call executes
-// at most its budget of instructions however it loops or recurses.
+// run. The fuel is checked where a function or a loop starts, after a call
+// returns and before a bulk operation, and a guest whose fuel went
+// negative traps there; every cycle of control passes one of those points
+// and between two of them control moves forward within one function, so a
+// call executes at most its budget of instructions, plus less than one
+// function body's worth, however it loops or recurses. Within a function
+// the fuel lives in a local, which the compiler keeps in a register: the
+// global is read only at the function's start and after calls, and
+// written before calls and where control leaves the function (see
+// meterBody).
 
 // fuelExport names the fuel global meter adds.
 const fuelExport = "kvmesh_fuel"
@@ -221,27 +229,37 @@ type instr struct {
 	op         byte // first opcode byte
 	sub        uint32
 	opensSeg   bool // a new segment begins right after it
+	loop       bool // it is a loop: its segment checks the fuel
 	bulk       bool // a bulk memory or table operation, metered by length
 	free       bool // costs nothing: compiles to no work of its own
+	call       bool // a call that returns here: the callee spends the same fuel
+	exits      bool // control may leave the function here (return, a branch to the body's label, its end)
 }
 
-// meterBody meters one function body.
+// meterBody meters one function body. The function keeps its fuel in a
+// local (a register, where a global is a load and a store), loaded from
+// the global at entry and after each call, and stored back before each
+// call and wherever control may leave the function. Every segment
+// subtracts its cost from the local; the fuel is checked, and the function
+// traps if it went negative, where the function starts, where a loop
+// starts, after a call returns and before a bulk operation. Between two
+// checks control only moves forward within one function (a cycle passes a
+// loop's start, a call the callee's start, a return the check after the
+// call), so a call that spends its fuel stops within one function body's
+// worth of instructions.
 func meterBody(body []byte, fuel uint32, params int) ([]byte, error) {
 	r := &reader{b: body}
-	var locals []byte
 	nlocals := 0
-	{
-		groups := r.u32()
-		for range groups {
-			count := r.u32()
-			r.byte()
-			nlocals += int(count)
-		}
-		if r.err != nil {
-			return nil, r.err
-		}
-		locals = body[:r.off]
+	groups := r.u32()
+	for range groups {
+		count := r.u32()
+		r.byte()
+		nlocals += int(count)
 	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	localDecls := body[:r.off]
 	code := body[r.off:]
 	instrs, bulk, err := decode(code)
 	if err != nil {
@@ -249,29 +267,53 @@ func meterBody(body []byte, fuel uint32, params int) ([]byte, error) {
 	}
 
 	out := make([]byte, 0, len(body)+len(body)/2)
-	scratch := uint32(params + nlocals)
+	// One more local, an i64, holds the fuel; one more, an i32, keeps a
+	// bulk operation's length.
+	left := uint32(params + nlocals)
+	scratch := left + 1
+	added := uint32(1)
 	if bulk {
-		// One more local, an i32, keeps a bulk operation's length.
-		lr := &reader{b: locals}
-		groups := lr.u32()
-		out = appendU32(out, groups+1)
-		out = append(out, locals[lr.off:]...)
+		added++
+	}
+	lr := &reader{b: localDecls}
+	out = appendU32(out, lr.u32()+added)
+	out = append(out, localDecls[lr.off:]...)
+	out = append(out, 1, 0x7E)
+	if bulk {
 		out = append(out, 1, 0x7F)
-	} else {
-		out = append(out, locals...)
 	}
 
+	load := func() {
+		out = append(out, 0x23)
+		out = appendU32(out, fuel)
+		out = append(out, 0x21)
+		out = appendU32(out, left)
+	}
+	store := func() {
+		out = append(out, 0x20)
+		out = appendU32(out, left)
+		out = append(out, 0x24)
+		out = appendU32(out, fuel)
+	}
+	// check traps, with the global up to date so that the host can tell
+	// spent fuel from another trap, if the fuel went negative.
+	check := func() {
+		out = append(out, 0x20)
+		out = appendU32(out, left)
+		out = append(out, 0x42, 0x00, 0x53, 0x04, 0x40)
+		store()
+		out = append(out, 0x00, 0x0B)
+	}
 	charge := func(cost int) {
 		if cost == 0 {
 			return
 		}
-		out = append(out, 0x23)
-		out = appendU32(out, fuel)
+		out = append(out, 0x20)
+		out = appendU32(out, left)
 		out = append(out, 0x42)
 		out = appendS64(out, int64(cost))
-		out = append(out, 0x7D, 0x24)
-		out = appendU32(out, fuel)
-		out = appendTrapIfSpent(out, fuel)
+		out = append(out, 0x7D, 0x21)
+		out = appendU32(out, left)
 	}
 	// Segment costs: each segment is charged, in full, where it begins.
 	segCost := func(from int) int {
@@ -286,32 +328,37 @@ func meterBody(body []byte, fuel uint32, params int) ([]byte, error) {
 		}
 		return n
 	}
+	load()
 	charge(segCost(0))
+	check()
 	for j, in := range instrs {
 		if in.bulk {
 			out = append(out, 0x22)
 			out = appendU32(out, scratch)
-			out = append(out, 0x23)
-			out = appendU32(out, fuel)
+			out = append(out, 0x20)
+			out = appendU32(out, left)
 			out = append(out, 0x20)
 			out = appendU32(out, scratch)
-			out = append(out, 0xAD, 0x42, 4, 0x88, 0x7D, 0x24) // i64.extend_i32_u; >> 4; sub; set
-			out = appendU32(out, fuel)
-			out = appendTrapIfSpent(out, fuel)
+			out = append(out, 0xAD, 0x42, 4, 0x88, 0x7D, 0x21) // i64.extend_i32_u; >> 4; sub; set
+			out = appendU32(out, left)
+			check()
+		}
+		if in.call || in.exits {
+			store()
 		}
 		out = append(out, code[in.start:in.end]...)
+		if in.call {
+			load()
+			check()
+		}
 		if in.opensSeg && j+1 < len(instrs) {
 			charge(segCost(j + 1))
+			if in.loop {
+				check()
+			}
 		}
 	}
 	return out, nil
-}
-
-// appendTrapIfSpent appends: if fuel < 0 { unreachable }.
-func appendTrapIfSpent(out []byte, fuel uint32) []byte {
-	out = append(out, 0x23)
-	out = appendU32(out, fuel)
-	return append(out, 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0B)
 }
 
 // decode splits a function's expression into instructions, checking that
@@ -334,21 +381,38 @@ func decode(code []byte) ([]instr, bool, error) {
 			r.blockType()
 			open = append(open, op)
 			in.opensSeg = op == 0x03 // a branch to a loop goes to its start
+			in.loop = op == 0x03
 		case op == 0x05: // else
 			in.opensSeg = true
 		case op == 0x0B: // end
 			kind := open[len(open)-1]
 			open = open[:len(open)-1]
 			in.opensSeg = kind != 0x03 // a branch to a block or if goes past its end
-		case op == 0x00 || op == 0x01 || op == 0x0F || op == 0x1A || op == 0x1B || op == 0xD1:
-		case op == 0x0C || op == 0x0D || op == 0x10 || op == 0x12 || op == 0xD2:
-			r.u32()
+			in.exits = len(open) == 0  // the end of the body returns
+		case op == 0x0F: // return
+			in.exits = true
+		case op == 0x00 || op == 0x01 || op == 0x1A || op == 0x1B || op == 0xD1:
+		case op == 0x0C || op == 0x0D: // br, br_if
+			in.exits = r.u32() == uint32(len(open)-1) // to the body's label: a return
 		case op == 0x0E: // br_table
 			for range r.u32() + 1 {
-				r.u32()
+				in.exits = in.exits || r.u32() == uint32(len(open)-1)
 			}
-		case op == 0x11 || op == 0x13:
+		case op == 0x10: // call
 			r.u32()
+			in.call = true
+		case op == 0x11: // call_indirect
+			r.u32()
+			r.u32()
+			in.call = true
+		case op == 0x12: // return_call
+			r.u32()
+			in.exits = true
+		case op == 0x13: // return_call_indirect
+			r.u32()
+			r.u32()
+			in.exits = true
+		case op == 0xD2: // ref.func
 			r.u32()
 		case op == 0x1C: // select t*
 			r.bytes(int(r.u32()))

@@ -84,3 +84,46 @@ func TestMeteredCodeKeepsItsMeaning(t *testing.T) {
 		t.Fatalf("victims %v (%v), want %v", got, e.Err(), want)
 	}
 }
+
+// TestFuelReachesCallers: a function keeps its fuel in a local, so what a
+// callee spends must come back to its caller, whichever way the callee
+// leaves, and a loop whose work is all in a callee must still run out.
+func TestFuelReachesCallers(t *testing.T) {
+	t.Parallel()
+	rt := newTestRuntime(t, testLimits)
+	ctx := context.Background()
+
+	a, err := compile(t, rt, wat(t, "fuel_paths")).NewAdmission(ctx, BindConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	spent := func(n int) int64 {
+		if got := a.Admit(inserts(make([]uint64, n)...), nil); len(got) != n || a.Err() != nil {
+			t.Fatalf("%d decisions for %d inserts (%v)", len(got), n, a.Err())
+		}
+		return budget(testLimits.CallTimeout) - int64(a.in.fuel.Get())
+	}
+	// Per insert the helpers spin 4×1000 times at 2, 3 (the return after
+	// the loop is in the segment each iteration pays for), 4 and 3 units.
+	if per := (spent(3) - spent(1)) / 2; per < 12_000 || per > 12_100 {
+		t.Fatalf("an insert cost %d units of fuel, want 12000 and a few", per)
+	}
+
+	e, err := compile(t, rt, wat(t, "calls_forever")).NewEviction(ctx, TierMemory, BindConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	start := time.Now()
+	e.Observe(inserts(1, 2))
+	if got := e.Victims(nil, 2); !equalIDs(got, []uint64{1, 2}) {
+		t.Fatalf("victims %v, want the native LRU's", got)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the call took %v", took)
+	}
+	if err := e.Err(); err == nil || !strings.Contains(err.Error(), "overran its 50ms deadline") {
+		t.Fatalf("module error %v, want the deadline", err)
+	}
+}

@@ -137,6 +137,6 @@ const (
 // Decision is an admission verdict for one new block.
 type Decision struct {
 	Disk     DiskWrite
-	Replicas uint8      // remote copies wanted beyond this node (mesh)
+	Replicas uint8      // remote copies wanted beyond this node: the mesh places the block on max(R, 1+Replicas) owners
 	Ack      Durability // floor on acknowledgement; the client may ask for more
 }

@@ -17,13 +17,18 @@ type BindConfig struct {
 	// OnDisable, if set, is called once when the module is taken out of
 	// service, with the reason, on the goroutine of the failing call.
 	OnDisable func(err error)
+	// Telemetry, if set, is where the binding finds GPU readings for a
+	// module that exports kvmesh_telemetry.
+	Telemetry *TelemetryFeed
 }
 
 // binding is the part the three slot adapters share: the instance they
 // own and the switch to the native fallback. A failed call (trap, deadline,
 // memory exhaustion, nonsense answer) disables the module for good; from
-// that call on the native policy answers, and since the adapters feed the
-// native policy every event all along, it answers as if it had been in
+// that call on the native policy answers. Admission and prefetch policies
+// keep no state; the eviction adapter keeps a table of the tier's blocks
+// and their last use, from which it builds the native LRU when it first
+// needs it (see residentSet), so the LRU answers as if it had been in
 // service from the start.
 type binding struct {
 	mu       sync.Mutex // serialises calls with Close
@@ -33,6 +38,8 @@ type binding struct {
 	calls    prometheus.Counter
 	disabled bool
 	failure  atomic.Pointer[error]
+	// telemetrySeq is the feed sample the guest was last given.
+	telemetrySeq uint64
 }
 
 func (m *Module) bind(ctx context.Context, s Slot, t Tier, cfg BindConfig) (*binding, error) {
@@ -110,15 +117,17 @@ func (b *binding) writeEvents(at int, events []Event) {
 }
 
 // WasmEviction runs a module's eviction exports for one tier, backed by a
-// native LRU it keeps up to date. Observed events are gathered in the
-// guest's buffer and handed over when it is full or when victims are asked
-// for, so a call (which costs about a microsecond for a Go guest) carries
-// as many events as the buffer holds.
+// native LRU. Observed events are gathered in the guest's buffer and
+// handed over when it is full or when victims are asked for, so a call
+// carries as many events as the buffer holds. Meanwhile the adapter only
+// keeps the tier's blocks and their last use (held): enough to check every
+// answer, and to build the native LRU, in the order an LRU fed every event
+// would have, once the module is out of service.
 type WasmEviction struct {
 	*binding
-	fallback *LRU
-	pending  int                 // events in the buffer not yet observed by the guest
-	seen     map[uint64]struct{} // duplicate check of one answer
+	held     *residentSet // the tier's blocks, until fallback is built
+	fallback *LRU         // built from held on first use once the module is out of service
+	pending  int          // events in the buffer not yet observed by the guest
 }
 
 // NewEviction binds the module's eviction policy to tier.
@@ -127,15 +136,37 @@ func (m *Module) NewEviction(ctx context.Context, tier Tier, cfg BindConfig) (*W
 	if err != nil {
 		return nil, err
 	}
-	return &WasmEviction{binding: b, fallback: NewLRU(), seen: map[uint64]struct{}{}}, nil
+	return &WasmEviction{binding: b, held: newResidentSet()}, nil
+}
+
+// native is the LRU that answers once the module is out of service; w.mu
+// must be held.
+func (w *WasmEviction) native() *LRU {
+	if w.fallback == nil {
+		w.fallback = w.held.lru()
+		w.held = nil
+	}
+	return w.fallback
 }
 
 // Observe implements Eviction.
 func (w *WasmEviction) Observe(events []Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.fallback.Observe(events)
+	if w.disabled {
+		w.native().Observe(events)
+		return
+	}
+	// The whole batch is recorded first: if a flush below fails, the
+	// native LRU will be built with every event of it.
+	w.held.observe(events)
 	for len(events) > 0 && !w.disabled {
+		if w.pending == 0 {
+			if err := w.deliverTelemetry(); err != nil {
+				w.fail(err)
+				break
+			}
+		}
 		n := min(len(events), w.in.records-w.pending)
 		w.writeEvents(w.pending, events[:n])
 		w.pending += n
@@ -167,15 +198,21 @@ func (w *WasmEviction) Victims(dst []uint64, max int) []uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.flush()
-	if w.disabled || max <= 0 {
-		return w.fallback.Victims(dst, max)
+	if err := w.deliverTelemetry(); err != nil && !w.disabled {
+		w.fail(err)
+	}
+	if w.disabled {
+		return w.native().Victims(dst, max)
+	}
+	if max <= 0 {
+		return dst
 	}
 	ask := min(max, w.in.records*eventRecordSize/idRecordSize)
 	start := len(dst)
 	dst, err := w.victims(dst, ask)
 	if err != nil {
 		w.fail(err)
-		return w.fallback.Victims(dst[:start], max)
+		return w.native().Victims(dst[:start], max)
 	}
 	return dst
 }
@@ -185,20 +222,20 @@ func (w *WasmEviction) victims(dst []uint64, ask int) ([]uint64, error) {
 	if err != nil {
 		return dst, err
 	}
-	if want := min(ask, w.fallback.Len()); int(n) < want || int(n) > ask {
-		return dst, w.answer("%s(%d) answered %d victims with %d blocks in the tier", exportVictims, ask, n, w.fallback.Len())
+	if want := min(ask, w.held.len()); int(n) < want || int(n) > ask {
+		return dst, w.answer("%s(%d) answered %d victims with %d blocks in the tier", exportVictims, ask, n, w.held.len())
 	}
 	buf := w.in.buffer()
-	clear(w.seen)
+	w.held.newAnswer()
 	for i := range int(n) {
 		id := binary.LittleEndian.Uint64(buf[i*idRecordSize:])
-		if !w.fallback.Has(id) {
+		held, dup := w.held.name(id)
+		if !held {
 			return dst, w.answer("%s answered block %d, which the tier does not hold", exportVictims, id)
 		}
-		if _, dup := w.seen[id]; dup {
+		if dup {
 			return dst, w.answer("%s answered block %d twice", exportVictims, id)
 		}
-		w.seen[id] = struct{}{}
 		dst = append(dst, id)
 	}
 	return dst, nil
@@ -241,6 +278,9 @@ func (w *WasmAdmission) Admit(inserts []Event, dst []Decision) []Decision {
 }
 
 func (w *WasmAdmission) admit(batch []Event, dst []Decision) ([]Decision, error) {
+	if err := w.deliverTelemetry(); err != nil {
+		return dst, err
+	}
 	w.writeEvents(0, batch)
 	n, err := w.call(exportAdmit, int32(len(batch)))
 	if err != nil {
@@ -310,6 +350,9 @@ func (w *WasmPrefetch) Prefetch(lookup []Event, dst []uint64) []uint64 {
 }
 
 func (w *WasmPrefetch) prefetch(batch []Event, dst []uint64) ([]uint64, error) {
+	if err := w.deliverTelemetry(); err != nil {
+		return dst, err
+	}
 	w.writeEvents(0, batch)
 	n, err := w.call(exportPrefetch, int32(len(batch)))
 	if err != nil {

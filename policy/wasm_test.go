@@ -84,6 +84,7 @@ func TestCompileRejects(t *testing.T) {
 		{"import with wrong signature", wat(t, "imports_wrong_signature"), "imports wasi_snapshot_preview1.random_get with signature (i64)->(i32)"},
 		{"loops at start-up", wat(t, "loops_at_start"), "overran its 500ms deadline"},
 		{"buffer outside memory", wat(t, "buffer_outside_memory"), "inside the module's 131072 bytes of memory"},
+		{"telemetry export with wrong signature", wat(t, "telemetry_wrong_signature"), "export kvmesh_telemetry has signature (i64)->(i32)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,6 +48,7 @@ type agentProc struct {
 	socket  string
 	dataDir string
 	args    []string
+	wrap    []string // command the agent runs under (e.g. ip netns exec NS); none when empty
 	log     *bytes.Buffer
 	exited  chan error
 }
@@ -56,9 +57,16 @@ type agentProc struct {
 // extra flags, and waits until it answers.
 func startAgent(t *testing.T, dataDir string, extra ...string) *agentProc {
 	t.Helper()
+	return startAgentUnder(t, nil, dataDir, extra...)
+}
+
+// startAgentUnder is startAgent with the agent run as an argument of wrap
+// (e.g. ip netns exec NS), which must exec it in its place.
+func startAgentUnder(t *testing.T, wrap []string, dataDir string, extra ...string) *agentProc {
+	t.Helper()
 	socket := filepath.Join(t.TempDir(), "agent.sock")
 	args := append([]string{"agent", "--data-dir", dataDir, "--socket", socket, "--admin-addr", ""}, extra...)
-	p := &agentProc{t: t, socket: socket, dataDir: dataDir, args: args, log: &bytes.Buffer{}}
+	p := &agentProc{t: t, socket: socket, dataDir: dataDir, args: args, wrap: wrap, log: &bytes.Buffer{}}
 	p.start()
 	t.Cleanup(func() { p.kill() })
 	return p
@@ -66,7 +74,8 @@ func startAgent(t *testing.T, dataDir string, extra ...string) *agentProc {
 
 func (p *agentProc) start() {
 	p.t.Helper()
-	p.cmd = exec.Command(kvmeshBin, p.args...)
+	argv := append(append(append([]string{}, p.wrap...), kvmeshBin), p.args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)

@@ -31,7 +31,7 @@ type engineCache struct {
 	id   uint64
 }
 
-func newEngineCache(t *testing.T, a *agentProc, l layout.Layout) *engineCache {
+func newEngineCache(t *testing.T, a *agentProc, l layout.Layout, rank int) *engineCache {
 	t.Helper()
 	var offs []uint64
 	var size uint64
@@ -46,6 +46,7 @@ func newEngineCache(t *testing.T, a *agentProc, l layout.Layout) *engineCache {
 	}
 	t.Cleanup(func() { pool.Close() })
 	r, err := c.KVCache().RegisterKVCache(context.Background(), &kvmeshv1.RegisterKVCacheRequest{
+		Rank: uint32(rank),
 		Layout: &kvmeshv1.KVCacheLayout{Layers: uint32(l.Layers), Blocks: uint32(l.Blocks), Heads: uint32(l.Heads),
 			BlockTokens: uint32(l.BlockTokens), HeadDim: uint32(l.HeadDim), ElemBytes: uint32(l.ElemBytes)},
 		Memory: &kvmeshv1.RegisterKVCacheRequest_Host{Host: &kvmeshv1.HostMemory{PoolId: pool.ID, Offsets: offs}}})
@@ -82,11 +83,15 @@ func pdAgents(t *testing.T) (prefill, decode *agentProc) {
 // store: the prefill engine saves a 10.5-block request (the partial tail
 // included) by token ids, the decode engine loads it by the same token ids
 // into other block ids of its own cache, byte for byte; with one block
-// removed the load fails naming that block, and loads nothing.
+// removed the load fails naming that block, and loads nothing. Both
+// engines run two tensor-parallel ranks: the decode side's scheduler asks
+// how many leading blocks every rank has, and each rank loads that many.
 func TestPDRequestThroughStore(t *testing.T) {
 	prefillAgent, decodeAgent := pdAgents(t)
-	prefill := newEngineCache(t, prefillAgent, pdLayout)
-	decode := newEngineCache(t, decodeAgent, pdLayout)
+	prefill := newEngineCache(t, prefillAgent, pdLayout, 0)
+	decode := newEngineCache(t, decodeAgent, pdLayout, 0)
+	prefill1 := newEngineCache(t, prefillAgent, pdLayout, 1)
+	decode1 := newEngineCache(t, decodeAgent, pdLayout, 1)
 	ctx := context.Background()
 
 	tokens := make([]int32, 10*pdLayout.BlockTokens+pdLayout.BlockTokens/2)
@@ -98,14 +103,18 @@ func TestPDRequestThroughStore(t *testing.T) {
 	for i := range dst {
 		dst[i] = uint32((5*i + 3) % pdLayout.Blocks) // distinct, and never src[i]
 	}
-	for i := 0; i+8 <= len(prefill.pool.Mem); i += 8 {
-		binary.LittleEndian.PutUint64(prefill.pool.Mem[i:], uint64(i)*0x9E3779B97F4A7C15^0x5DEECE66D)
+	for rank, p := range []*engineCache{prefill, prefill1} {
+		for i := 0; i+8 <= len(p.pool.Mem); i += 8 {
+			binary.LittleEndian.PutUint64(p.pool.Mem[i:], uint64(i)*0x9E3779B97F4A7C15^0x5DEECE66D^uint64(rank))
+		}
+		s, err := p.c.KVCache().SaveRequest(ctx, &kvmeshv1.SaveTokensRequest{CacheId: p.id, Tokens: tokens, BlockIds: src,
+			Durability: kvmeshv1.Durability_DURABILITY_REPLICATED})
+		if err != nil || s.Saved != 11 {
+			t.Fatalf("rank %d SaveRequest: %v %v", rank, s, err)
+		}
 	}
-
-	s, err := prefill.c.KVCache().SaveRequest(ctx, &kvmeshv1.SaveTokensRequest{CacheId: prefill.id, Tokens: tokens, BlockIds: src,
-		Durability: kvmeshv1.Durability_DURABILITY_REPLICATED})
-	if err != nil || s.Saved != 11 {
-		t.Fatalf("SaveRequest: %v %v", s, err)
+	if n, err := decode.c.QueryRanks(ctx, []uint64{decode.id, decode1.id}, tokens); err != nil || n != 11 {
+		t.Fatalf("QueryRanks: %d %v, want all 11 blocks", n, err)
 	}
 	if err := decode.c.LoadRequest(ctx, decode.id, tokens, dst); err != nil {
 		t.Fatal(err)
@@ -116,11 +125,38 @@ func TestPDRequestThroughStore(t *testing.T) {
 		}
 	}
 
-	// Remove block 4 (both its keys are needed; drop one) at its owners.
+	// Rank 1 lacks block 6 (one of its keys removed at its owners): every
+	// rank has 6 leading blocks, which each rank loads; rank 1 cannot load
+	// more.
 	chain, err := keys.Chain(keys.DefaultNamespace, tokens, pdLayout.BlockTokens)
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, v1 := layout.StoredKeys(string(chain[6]), 1)
+	if errs, err := prefill1.c.Remove(ctx, "", [][]byte{[]byte(v1)}); err != nil || errs[0] != nil {
+		t.Fatalf("remove %s: %v %v", v1, err, errs)
+	}
+	n, err := decode.c.QueryModelRanks(ctx, "", 2, pdLayout.BlockTokens, tokens)
+	if err != nil || n != 6 {
+		t.Fatalf("QueryModelRanks with rank 1 lacking block 6: %d %v", n, err)
+	}
+	for rank, d := range []*engineCache{decode, decode1} {
+		pt, pb := client.RequestPrefix(tokens, dst, n, pdLayout.BlockTokens)
+		if err := d.c.LoadRequest(ctx, d.id, pt, pb); err != nil {
+			t.Fatalf("rank %d loading the common %d blocks: %v", rank, n, err)
+		}
+	}
+	for i := range n {
+		if !bytes.Equal(decode1.block(int(dst[i])), prefill1.block(int(src[i]))) {
+			t.Fatalf("rank 1, block %d of the request: decode block %d differs from prefill block %d", i, dst[i], src[i])
+		}
+	}
+	var miss *client.MissingBlockError
+	if err := decode1.c.LoadRequest(ctx, decode1.id, tokens, dst); !errors.As(err, &miss) || miss.Index != 6 {
+		t.Fatalf("rank 1 loading all 11 blocks: %v", err)
+	}
+
+	// Remove block 4 (both its keys are needed; drop one) at its owners.
 	if !bytes.HasSuffix(chain[10], []byte(":partial:32")) {
 		t.Fatalf("the tail's chain key %q", chain[10])
 	}
@@ -128,9 +164,11 @@ func TestPDRequestThroughStore(t *testing.T) {
 	if errs, err := prefill.c.Remove(ctx, "", [][]byte{[]byte(k)}); err != nil || errs[0] != nil {
 		t.Fatalf("remove %s: %v %v", k, err, errs)
 	}
+	if n, err := decode.c.QueryRanks(ctx, []uint64{decode.id, decode1.id}, tokens); err != nil || n != 4 {
+		t.Fatalf("QueryRanks with rank 0 lacking block 4: %d %v", n, err)
+	}
 	clear(decode.pool.Mem)
 	err = decode.c.LoadRequest(ctx, decode.id, tokens, dst)
-	var miss *client.MissingBlockError
 	if !errors.As(err, &miss) || miss.Index != 4 || status.Code(err) != codes.NotFound {
 		t.Fatalf("LoadRequest with block 4 removed: %v", err)
 	}

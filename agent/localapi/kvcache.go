@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvmesh/kvmesh/agent/keys"
 	"github.com/kvmesh/kvmesh/agent/mempool"
 	"github.com/kvmesh/kvmesh/agent/store"
 	"github.com/kvmesh/kvmesh/gpu/cuda"
@@ -57,7 +58,7 @@ func (s *KVCache) RegisterKVCache(_ context.Context, r *kvmeshv1.RegisterKVCache
 			l.ValueBytes(), limit)
 	}
 	opts := kvcache.Options{StagingSlots: max(1, stagingBytes/l.SlotBytes()), Stagings: 2}
-	e := &kvEntry{ns: r.Namespace}
+	e := &kvEntry{ns: r.Namespace, rank: int(r.Rank)}
 	var err error
 	switch m := r.Memory.(type) {
 	case *kvmeshv1.RegisterKVCacheRequest_Host:
@@ -265,4 +266,107 @@ func (s *KVCache) LoadRequest(ctx context.Context, r *kvmeshv1.LoadTokensRequest
 		return nil, kvStatus(err)
 	}
 	return &kvmeshv1.LoadResponse{Loaded: uint32(len(hs)), FirstMissing: -1}, nil
+}
+
+// maxQueryRanks bounds a QueryRanks request's tp_size.
+const maxQueryRanks = 1024
+
+// rankKeys gives, for a block hash, one rank's stored keys.
+type rankKeys struct {
+	rank int
+	keys func(hash string) (key, value string)
+}
+
+// QueryRanks reports the leading blocks of a request stored for every
+// rank: the minimum of the ranks' leading runs. After the first rank each
+// rank is asked only about the run still common to all, so a rank holding
+// more than the others is not warmed beyond what they share.
+func (s *KVCache) QueryRanks(_ context.Context, r *kvmeshv1.QueryRanksRequest) (*kvmeshv1.QueryRanksResponse, error) {
+	if len(r.Tokens) > 0 && len(r.Hashes) > 0 {
+		return nil, status.Error(codes.InvalidArgument, "name the request by tokens or by hashes, not both")
+	}
+	for i, h := range r.Hashes {
+		if h == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "hash %d is empty", i)
+		}
+	}
+	ns, bt, ranks, err := s.queryRanks(r)
+	if err != nil {
+		return nil, err
+	}
+	hs := r.Hashes
+	if len(r.Tokens) > 0 {
+		ks, err := s.store.ChainKeys(ns, r.Tokens, bt)
+		if err != nil {
+			return nil, requestError(err)
+		}
+		hs = make([]string, len(ks))
+		for i, k := range ks {
+			hs[i] = string(k)
+		}
+	}
+	present, short := len(hs), -1
+	ks := make([][]byte, 0, 2*len(hs))
+	for _, rk := range ranks {
+		if present == 0 {
+			break
+		}
+		ks = ks[:0]
+		for _, h := range hs[:present] {
+			k, v := rk.keys(h)
+			ks = append(ks, []byte(k), []byte(v))
+		}
+		run, err := s.store.Query(ns, ks)
+		if err != nil {
+			return nil, requestError(err)
+		}
+		if run/2 < present {
+			present, short = run/2, rk.rank
+		}
+	}
+	return &kvmeshv1.QueryRanksResponse{Present: uint32(present), Blocks: uint32(len(hs)), ShortRank: int32(short)}, nil
+}
+
+// queryRanks resolves a QueryRanks request's ranks: its namespace, the
+// block_tokens of its caches (0 if not known and not needed) and each
+// rank's stored keys.
+func (s *KVCache) queryRanks(r *kvmeshv1.QueryRanksRequest) (ns string, bt int, ranks []rankKeys, err error) {
+	norm := func(ns string) string {
+		if ns == "" {
+			return keys.DefaultNamespace
+		}
+		return ns
+	}
+	if len(r.CacheIds) == 0 {
+		if r.TpSize == 0 || r.TpSize > maxQueryRanks {
+			return "", 0, nil, status.Errorf(codes.InvalidArgument, "name the ranks: cache_ids, or tp_size between 1 and %d", maxQueryRanks)
+		}
+		if len(r.Tokens) > 0 && r.BlockTokens == 0 {
+			return "", 0, nil, status.Error(codes.InvalidArgument, "block_tokens is needed to split tokens into blocks")
+		}
+		for rank := range int(r.TpSize) {
+			ranks = append(ranks, rankKeys{rank: rank, keys: func(h string) (string, string) { return layout.StoredKeys(h, rank) }})
+		}
+		return norm(r.Namespace), int(r.BlockTokens), ranks, nil
+	}
+	if r.Namespace != "" || r.TpSize != 0 || r.BlockTokens != 0 {
+		return "", 0, nil, status.Error(codes.InvalidArgument, "name the ranks by cache_ids or by namespace, tp_size and block_tokens, not both")
+	}
+	for i, id := range r.CacheIds {
+		e, release, err := s.caches.use(id)
+		if err != nil {
+			return "", 0, nil, err
+		}
+		release() // only the cache's description is needed, not its memory
+		l := e.cache.Layout()
+		if i == 0 {
+			ns, bt = norm(e.ns), l.BlockTokens
+		} else if norm(e.ns) != ns {
+			return "", 0, nil, status.Errorf(codes.InvalidArgument, "cache %d is in namespace %q, cache %d in %q", id, norm(e.ns), r.CacheIds[0], ns)
+		} else if l.BlockTokens != bt && len(r.Tokens) > 0 {
+			return "", 0, nil, status.Errorf(codes.InvalidArgument, "cache %d has %d tokens per block, cache %d %d", id, l.BlockTokens, r.CacheIds[0], bt)
+		}
+		ranks = append(ranks, rankKeys{rank: e.rank, keys: e.cache.Keys})
+	}
+	return ns, bt, ranks, nil
 }

@@ -195,3 +195,141 @@ func TestKVCacheRequestByTokens(t *testing.T) {
 // stored is the rank-0 store key of one kind ("key" or "value") of the
 // block with engine hash h.
 func stored(h []byte, kind string) []byte { return []byte(string(h) + "_" + kind + "_0") }
+
+// Two tensor-parallel ranks: rank 1 lacks block 3 of a request, so every
+// rank has 3 leading blocks, whether the ranks are named by their caches or
+// by tp_size; each rank loads that prefix, and no more.
+func TestKVCacheQueryRanksIsTheMinimum(t *testing.T) {
+	t.Parallel()
+	offs0, end0 := packed(small, 0)
+	offs1, end := packed(small, end0)
+	e := newKVEnv(t, int(end))
+	fill(e.pool.Mem, 4)
+	ctx := context.Background()
+	var ids []uint64
+	for rank, offs := range [][]uint64{offs0, offs1} {
+		r, err := e.kv.RegisterKVCache(ctx, hostCache("", small, uint32(rank), e.pool.ID, offs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.CacheId)
+	}
+	tokens := make([]int32, 18) // 4 full blocks of 4 and a tail of 2
+	for i := range tokens {
+		tokens[i] = int32(1000 + i)
+	}
+	src := []uint32{0, 1, 2, 3, 4}
+	for _, id := range ids {
+		if _, err := e.kv.SaveRequest(ctx, &kvmeshv1.SaveTokensRequest{CacheId: id, Tokens: tokens, BlockIds: src}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	query := func(r *kvmeshv1.QueryRanksRequest) *kvmeshv1.QueryRanksResponse {
+		t.Helper()
+		r.Tokens = tokens
+		q, err := e.kv.QueryRanks(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	if q := query(&kvmeshv1.QueryRanksRequest{CacheIds: ids}); q.Present != 5 || q.Blocks != 5 || q.ShortRank != -1 {
+		t.Fatalf("all stored: %v", q)
+	}
+
+	chain, err := keys.Chain(keys.DefaultNamespace, tokens, small.BlockTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, v := layout.StoredKeys(string(chain[3]), 1)
+	if _, err := e.c.Remove(ctx, "", [][]byte{[]byte(v)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *kvmeshv1.QueryRanksRequest
+		want uint32
+	}{
+		{"by caches", &kvmeshv1.QueryRanksRequest{CacheIds: ids}, 3},
+		{"by caches, rank 1 first", &kvmeshv1.QueryRanksRequest{CacheIds: []uint64{ids[1], ids[0]}}, 3},
+		{"by tp_size", &kvmeshv1.QueryRanksRequest{TpSize: 2, BlockTokens: uint32(small.BlockTokens)}, 3},
+		{"rank 0 alone", &kvmeshv1.QueryRanksRequest{CacheIds: ids[:1]}, 5},
+		{"tp_size 1", &kvmeshv1.QueryRanksRequest{Namespace: "default", TpSize: 1, BlockTokens: uint32(small.BlockTokens)}, 5},
+	} {
+		q := query(tc.req)
+		wantShort := int32(1)
+		if tc.want == 5 {
+			wantShort = -1
+		}
+		if q.Present != tc.want || q.Blocks != 5 || q.ShortRank != wantShort {
+			t.Errorf("%s: %v, want present %d of 5, short rank %d", tc.name, q, tc.want, wantShort)
+		}
+	}
+	if n, err := e.c.QueryRanks(ctx, ids, tokens); err != nil || n != 3 {
+		t.Fatalf("client QueryRanks: %d %v", n, err)
+	}
+	if n, err := e.c.QueryModelRanks(ctx, "", 2, small.BlockTokens, tokens); err != nil || n != 3 {
+		t.Fatalf("client QueryModelRanks: %d %v", n, err)
+	}
+
+	// Every rank loads the common prefix; rank 1 cannot load more.
+	dst := []uint32{7, 6, 5, 4, 3}
+	for rank, id := range ids {
+		pt, pb := client.RequestPrefix(tokens, dst, 3, small.BlockTokens)
+		if err := e.c.LoadRequest(ctx, id, pt, pb); err != nil {
+			t.Fatalf("rank %d loading 3 blocks: %v", rank, err)
+		}
+		offs := [][]uint64{offs0, offs1}[rank]
+		for i := range 3 {
+			if !bytes.Equal(blockBytes(small, e.pool.Mem, offs, int(dst[i])), blockBytes(small, e.pool.Mem, offs, int(src[i]))) {
+				t.Fatalf("rank %d: block %d of the request loaded wrong", rank, i)
+			}
+		}
+	}
+	var miss *client.MissingBlockError
+	if err := e.c.LoadRequest(ctx, ids[1], tokens, dst); !errors.As(err, &miss) || miss.Index != 3 {
+		t.Fatalf("rank 1 loading all: %v", err)
+	}
+
+	// By hashes, as Save stores them.
+	for rank, id := range ids {
+		hs := []string{"a", "b", "c"}[:3-rank]
+		if _, err := e.kv.Save(ctx, &kvmeshv1.SaveBlocksRequest{CacheId: id, BlockIds: []uint32{0, 1, 2}[:len(hs)], Hashes: hs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := e.kv.QueryRanks(ctx, &kvmeshv1.QueryRanksRequest{CacheIds: ids, Hashes: []string{"a", "b", "c"}})
+	if err != nil || q.Present != 2 || q.Blocks != 3 || q.ShortRank != 1 {
+		t.Fatalf("by hashes: %v %v", q, err)
+	}
+}
+
+func TestKVCacheQueryRanksRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	offs, end := packed(small, 0)
+	e := newKVEnv(t, int(end))
+	id := e.register(t, small, offs)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		req  *kvmeshv1.QueryRanksRequest
+		want codes.Code
+	}{
+		{"no ranks", &kvmeshv1.QueryRanksRequest{Tokens: []int32{1}}, codes.InvalidArgument},
+		{"tp_size too large", &kvmeshv1.QueryRanksRequest{TpSize: 1 << 20, BlockTokens: 4, Tokens: []int32{1}}, codes.InvalidArgument},
+		{"tokens without block_tokens", &kvmeshv1.QueryRanksRequest{TpSize: 2, Tokens: []int32{1}}, codes.InvalidArgument},
+		{"caches and tp_size", &kvmeshv1.QueryRanksRequest{CacheIds: []uint64{id}, TpSize: 2, Tokens: []int32{1}}, codes.InvalidArgument},
+		{"tokens and hashes", &kvmeshv1.QueryRanksRequest{CacheIds: []uint64{id}, Tokens: []int32{1}, Hashes: []string{"h"}}, codes.InvalidArgument},
+		{"an empty hash", &kvmeshv1.QueryRanksRequest{CacheIds: []uint64{id}, Hashes: []string{""}}, codes.InvalidArgument},
+		{"unknown cache", &kvmeshv1.QueryRanksRequest{CacheIds: []uint64{id, 999}, Tokens: []int32{1}}, codes.NotFound},
+		{"unknown namespace", &kvmeshv1.QueryRanksRequest{Namespace: "nope", TpSize: 1, BlockTokens: 4, Tokens: []int32{1}}, codes.NotFound},
+	} {
+		if _, err := e.kv.QueryRanks(ctx, tc.req); code(err) != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	q, err := e.kv.QueryRanks(ctx, &kvmeshv1.QueryRanksRequest{CacheIds: []uint64{id}})
+	if err != nil || q.Present != 0 || q.Blocks != 0 || q.ShortRank != -1 {
+		t.Fatalf("an empty request: %v %v", q, err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 type kvEntry struct {
 	id    uint64
 	ns    string
+	rank  int // tensor-parallel rank, part of every stored key
 	cache *kvcache.Cache
 	pool  *mempool.Pool // the host cache's pool; nil for device memory
 	gone  chan struct{} // closed once unregistered

@@ -8,6 +8,7 @@ type metrics struct {
 	replicas *prometheus.CounterVec // replica writes by how they ended
 	pushed   prometheus.Counter     // blocks copied by hand-off or repair
 	dropped  prometheus.Counter     // background pushes dropped: queue full
+	extra    *prometheus.CounterVec // copies written to owners beyond R, by path and outcome
 }
 
 func newMetrics() *metrics {
@@ -20,6 +21,8 @@ func newMetrics() *metrics {
 			Help: "Blocks copied to their owners by hand-off on leave or repair after a membership change."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvmesh_mesh_push_dropped_total",
 			Help: "Background copies to owners dropped because the queue was full (the block stays local)."}),
+		extra: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvmesh_mesh_extra_replicas_total",
+			Help: "Copies written to owners beyond the first R because the admission policy asked for more replicas, by path (put: a replicated put; background: the copy after a put; repair: repair or hand-off) and outcome (ok, failed)."}, []string{"path", "outcome"}),
 	}
 }
 
@@ -28,6 +31,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.replicas.Describe(ch)
 	m.pushed.Describe(ch)
 	m.dropped.Describe(ch)
+	m.extra.Describe(ch)
 }
 
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
@@ -35,4 +39,5 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.replicas.Collect(ch)
 	m.pushed.Collect(ch)
 	m.dropped.Collect(ch)
+	m.extra.Collect(ch)
 }

@@ -1,14 +1,16 @@
 // Package mesh makes the agents of a cluster one cache: it runs the agent's
 // QUIC endpoint and membership, places every key on R owners (weighted
-// rendezvous hashing over the live members), serves the remote tier's
-// requests, and wraps the local store so that reads fall back to the
-// owners and writes reach them.
+// rendezvous hashing over the live members; more, the next in the same
+// order, when the admission policy asks for extra replicas), serves the
+// remote tier's requests, and wraps the local store so that reads fall
+// back to the owners and writes reach them.
 //
 // Invariants: a Put acknowledged with durability replicated is held by R
 // owners of the view it was placed with (this node counts when it is one);
-// a member only accepts a replica of a key it owns (StatusNotOwner
-// otherwise); reads try local tiers first, then the owners in placement
-// order, and never return bytes whose checksum failed.
+// a member only accepts a replica of a key it owns, or of one whose
+// placement the writer widened to include it (StatusNotOwner otherwise);
+// reads try local tiers first, then the owners in placement order, and
+// never return bytes whose checksum failed.
 package mesh
 
 import (
@@ -53,7 +55,7 @@ type Node struct {
 	metrics *metrics
 
 	repairKick chan struct{}
-	pushQueue  chan []byte // block ids to copy to their owners in the background
+	pushQueue  chan queued // blocks to copy to their owners in the background
 	done       chan struct{}
 	closeOnce  sync.Once
 	wg         sync.WaitGroup
@@ -77,7 +79,7 @@ func Start(st *store.Store, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, st: st, ep: ep, log: cfg.Logger.With("node", ep.Name()), metrics: newMetrics(),
-		repairKick: make(chan struct{}, 1), pushQueue: make(chan []byte, 4096), done: make(chan struct{})}
+		repairKick: make(chan struct{}, 1), pushQueue: make(chan queued, 4096), done: make(chan struct{})}
 	n.serve()
 	n.ms, err = gossip.Start(ep, gossip.Meta{Capacity: cfg.Capacity, Version: cfg.Version, Blocks: st.Stat().Blocks}, cfg.Gossip)
 	if err != nil {
@@ -90,6 +92,8 @@ func Start(st *store.Store, cfg Config) (*Node, error) {
 	go n.repairLoop()
 	go n.pushLoop()
 	go n.gossipBlocks()
+	n.wg.Add(1)
+	go n.rejoinLoop()
 	if len(cfg.Join) > 0 {
 		n.wg.Add(1)
 		go n.join()

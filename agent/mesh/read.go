@@ -27,8 +27,18 @@ func remoteFailure(last error) error {
 	return &store.Error{Code: store.CodeUnavailable, Msg: "no owner answered: " + last.Error()}
 }
 
-// Size is the size of the nearest copy: local, else the first owner that
-// holds the key.
+// Reads that miss locally walk the key's owners in placement order
+// (view.readOrder), this node's own missed copy counting as an answer when
+// it is one of them. An owner that says it lacks the block is an answer; an
+// owner that fails (unreachable, timed out) is not, and the next one in the
+// order is asked in its place. The walk ends at the first copy, or once R
+// owners have answered: blocks are placed on the first R owners at least,
+// so a healthy cluster costs what it did before extra replicas, while a
+// block with extra copies survives the loss of its first owners (its extra
+// owners are the next ones in the same order).
+
+// Size is the size of the nearest copy: local, else the first owner in
+// placement order that holds the key.
 func (n *Node) Size(ns string, key []byte) (uint64, error) {
 	size, err := n.st.Size(ns, key)
 	if !fallBack(err) {
@@ -36,12 +46,23 @@ func (n *Node) Size(ns string, key []byte) (uint64, error) {
 	}
 	v := n.view()
 	var last error
-	for _, o := range v.peers(blockID(ns, key)) {
+	answered := 0
+	for w := v.walk(blockID(ns, key)); answered < v.replicas; {
+		o, ok := w.owner()
+		if !ok {
+			break
+		}
+		if o == v.self {
+			answered++ // its local tiers missed above
+			continue
+		}
 		sizes, err := n.remoteSizes(v, o, ns, [][]byte{key})
 		if err == nil && sizes[0] >= 0 {
 			return uint64(sizes[0]), nil
 		}
-		last = err
+		if last = err; err == nil {
+			answered++
+		}
 	}
 	return 0, remoteFailure(last)
 }
@@ -54,54 +75,97 @@ func (n *Node) Get(ns string, key []byte, dst [][]byte) (uint64, error) {
 		return got, err
 	}
 	v := n.view()
+	id := blockID(ns, key)
 	var last error
-	for _, o := range v.peers(blockID(ns, key)) {
-		got, err := n.remoteGet(v, o, blockID(ns, key), dst)
+	answered := 0
+	for w := v.walk(id); answered < v.replicas; {
+		o, ok := w.owner()
+		if !ok {
+			break
+		}
+		if o == v.self {
+			answered++ // its local tiers missed above
+			continue
+		}
+		got, err := n.remoteGet(v, o, id, dst)
 		if err == nil || store.CodeOf(err) == store.CodeBufferSize {
 			return got, err
 		}
-		last = err
+		if last = err; errors.Is(err, frame.ErrNotFound) {
+			answered++
+		}
 	}
 	return 0, remoteFailure(last)
 }
 
 // Exist reports, per key, whether a copy is held here or by one of the
-// key's owners: one batched round trip per owner, all owners at once.
+// key's owners: one batched round trip per owner, all owners at once,
+// first to the R owners of every key, then, for keys some of whose owners
+// failed, to the next owners in their order in place of those.
 func (n *Node) Exist(ns string, ks [][]byte) ([]bool, error) {
 	found, err := n.st.Exist(ns, ks)
 	if err != nil {
 		return nil, err
 	}
 	v := n.view()
-	batches := map[string][]int{} // owner → indexes of the keys to ask it about
+	type probe struct {
+		*walk
+		answered int  // owners that said whether they hold it
+		done     bool // no owner left to ask
+	}
+	probes := map[int]*probe{}
 	for i, k := range ks {
 		if !found[i] {
-			for _, o := range v.peers(blockID(ns, k)) {
+			probes[i] = &probe{walk: v.walk(blockID(ns, k))}
+		}
+	}
+	for len(probes) > 0 {
+		batches := map[string][]int{} // owner → indexes of the keys to ask it about
+		for i, p := range probes {
+			for need := v.replicas - p.answered; need > 0; need-- {
+				o, ok := p.owner()
+				if !ok {
+					p.done = true
+					break
+				}
+				if o == v.self {
+					p.answered++ // its local store missed above
+					continue
+				}
 				batches[o] = append(batches[o], i)
 			}
 		}
+		if len(batches) == 0 {
+			break
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for o, idx := range batches {
+			wg.Go(func() {
+				asked := make([][]byte, len(idx))
+				for j, i := range idx {
+					asked[j] = ks[i]
+				}
+				sizes, err := n.remoteSizes(v, o, ns, asked)
+				if err != nil {
+					n.log.Debug("mesh: exist failed at an owner", "owner", o, "err", err)
+					return
+				}
+				mu.Lock()
+				for j, i := range idx {
+					found[i] = found[i] || sizes[j] >= 0
+					probes[i].answered++
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		for i, p := range probes {
+			if found[i] || p.answered >= v.replicas || p.done {
+				delete(probes, i)
+			}
+		}
 	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for o, idx := range batches {
-		wg.Go(func() {
-			asked := make([][]byte, len(idx))
-			for j, i := range idx {
-				asked[j] = ks[i]
-			}
-			sizes, err := n.remoteSizes(v, o, ns, asked)
-			if err != nil {
-				n.log.Debug("mesh: exist failed at an owner", "owner", o, "err", err)
-				return
-			}
-			mu.Lock()
-			for j, i := range idx {
-				found[i] = found[i] || sizes[j] >= 0
-			}
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
 	return found, nil
 }
 

@@ -40,43 +40,65 @@ func (n *Node) repairLoop() {
 }
 
 // push copies local blocks to those of their owners under v that lack
-// them, asking each owner which it lacks in batches. With all (hand-off:
+// them, asking each owner which it lacks in batches. A block's owners are
+// the first v.copies of its placement order: R, or more when its admission
+// decision (recorded on every copy) asked for extra replicas, so repair
+// keeps extra replicas where readers look for them. With all (hand-off:
 // this node is out of v) every local block goes; otherwise only blocks
-// this node owns, so cache copies do not spread.
+// this node is one of those owners of, or the next one after them — a
+// holder a join has just pushed one place down still hands its copy on
+// (with R = 1 it may be the only holder) — so cache copies do not spread.
+// A copy left beyond its block's owners is not copied again and ages out
+// of that member by eviction.
 func (n *Node) push(v *view, op frame.Opcode, all bool) (int, error) {
 	type nsOwner struct{ ns, owner string }
-	todo := map[nsOwner][][]byte{}
+	type copyOf struct {
+		key      []byte
+		replicas uint8
+		pos      int // the owner's place in the block's placement order
+	}
+	todo := map[nsOwner][]copyOf{}
 	for _, b := range n.st.List() {
 		id := blockID(b.NS, b.Key)
-		if !all && !v.owns(id) {
+		c := v.copies(b.Replicas)
+		owners := v.placed(id, c+1)
+		if !all && !contains(owners, v.self) {
 			continue
 		}
-		for _, o := range v.peers(id) {
-			k := nsOwner{b.NS, o}
-			todo[k] = append(todo[k], b.Key)
+		for i, o := range owners[:min(c, len(owners))] {
+			if o != v.self {
+				k := nsOwner{b.NS, o}
+				todo[k] = append(todo[k], copyOf{b.Key, b.Replicas, i})
+			}
 		}
 	}
 	pushed, failed := 0, 0
 	var last error
-	for k, ks := range todo {
-		for len(ks) > 0 {
-			batch := ks[:min(len(ks), existBatch)]
-			ks = ks[len(batch):]
-			sizes, err := n.remoteSizes(v, k.owner, k.ns, batch)
+	for k, cs := range todo {
+		for len(cs) > 0 {
+			batch := cs[:min(len(cs), existBatch)]
+			cs = cs[len(batch):]
+			ks := make([][]byte, len(batch))
+			for i, c := range batch {
+				ks[i] = c.key
+			}
+			sizes, err := n.remoteSizes(v, k.owner, k.ns, ks)
 			if err != nil {
 				failed += len(batch)
 				last = err
 				continue
 			}
-			for i, key := range batch {
+			for i, c := range batch {
 				if sizes[i] >= 0 {
 					continue
 				}
-				buf, err := n.readLocal(k.ns, key)
+				buf, err := n.readLocal(k.ns, c.key)
 				if err != nil {
 					continue // gone meanwhile
 				}
-				if err := n.remotePut(v, k.owner, op, blockID(k.ns, key), [][]byte{buf}); err != nil {
+				err = n.putCopy(v, k.owner, op == opHandoff, blockID(k.ns, c.key), c.replicas, [][]byte{buf})
+				n.countCopy(v, c.pos, "repair", err)
+				if err != nil {
 					failed++
 					last = err
 					continue

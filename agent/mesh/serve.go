@@ -17,6 +17,7 @@ func (n *Node) serve() {
 	n.ep.Handle(opPut, transport.HandlerFunc(n.servePut))
 	n.ep.Handle(opHandoff, transport.HandlerFunc(n.servePut))
 	n.ep.Handle(opRemove, transport.HandlerFunc(n.serveRemove))
+	n.ep.Handle(opPlace, transport.HandlerFunc(n.servePlace)) // replicas.go
 }
 
 // storeStatus maps a store failure onto the wire: NOT_FOUND has its own
@@ -89,7 +90,8 @@ func (n *Node) servePut(_ context.Context, req *transport.Request, w *transport.
 	if err := req.Body.Fill(buf); err != nil {
 		return // length or checksum failed: the endpoint answers with it
 	}
-	if err := n.st.Put(ns, key, [][]byte{buf}, store.PutOptions{}); err != nil {
+	// A copy placed on R owners: its writer's decision asked for no more.
+	if err := n.st.Put(ns, key, [][]byte{buf}, store.PutOptions{Replica: true}); err != nil {
 		w.Error(storeStatus(err))
 		return
 	}

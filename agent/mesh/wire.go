@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 
+	"github.com/kvmesh/kvmesh/agent/keys"
 	"github.com/kvmesh/kvmesh/transport/frame"
 )
 
@@ -16,6 +17,10 @@ const (
 	// opGet reads one block. Key: blockID; response payload: the block,
 	// its crc32c computed from the stored bytes.
 	opGet frame.Opcode = 0x02
+	// opPolicyModule reads a stored policy module. Key: its hex SHA-256;
+	// response payload: the module's bytes (the fetcher checks the
+	// digest). StatusNotFound when this node does not hold it.
+	opPolicyModule frame.Opcode = 0x03
 	// opPut stores a replica. Key: blockID; body: the block. Refused with
 	// StatusNotOwner unless the peer owns the key.
 	opPut frame.Opcode = 0x80
@@ -28,8 +33,13 @@ const (
 
 // blockID is how a (namespace, key) travels and is placed: uvarint length
 // of the namespace, the namespace, then the key. Every member places the
-// same bytes, so all agree on owners.
+// same bytes, so all agree on owners. "" is the default namespace, as in
+// the store: a Put in "" and the repair of the block the store lists under
+// "default" must place alike.
 func blockID(ns string, key []byte) []byte {
+	if ns == "" {
+		ns = keys.DefaultNamespace
+	}
 	b := binary.AppendUvarint(make([]byte, 0, 2+len(ns)+len(key)), uint64(len(ns)))
 	b = append(b, ns...)
 	return append(b, key...)

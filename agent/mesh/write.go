@@ -8,9 +8,12 @@ import (
 	"github.com/kvmesh/kvmesh/policy"
 )
 
-// Put stores the block here, then on its owners. With durability
-// replicated it returns once R owners hold it (this node counts when it is
-// one) and fails with UNAVAILABLE when fewer could take it, the local copy
+// Put stores the block here, then on its owners: the first c of its
+// placement order, where c is R or more when the admission policy asked
+// for extra replicas (view.copies). With durability replicated (the
+// client's or the policy's floor) it writes to all c owners in parallel
+// and returns once at least R of them hold it (this node counts when it is
+// one), failing with UNAVAILABLE when fewer could take it, the local copy
 // staying as a cache copy; otherwise the copies to owners happen in the
 // background and the Put is acknowledged as the store acknowledges it.
 func (n *Node) Put(ns string, key []byte, value [][]byte, opt store.PutOptions) error {
@@ -18,15 +21,21 @@ func (n *Node) Put(ns string, key []byte, value [][]byte, opt store.PutOptions) 
 	if replicated {
 		opt.Durability = policy.DurableMemory // the store's part; replicas are ours
 	}
+	if opt.Admitted == nil {
+		opt.Admitted = new(policy.Decision)
+	}
 	if err := n.st.Put(ns, key, value, opt); err != nil {
 		return err
 	}
+	d := *opt.Admitted
+	replicated = replicated || d.Ack >= policy.DurableReplicated // the policy's floor
 	id := blockID(ns, key)
 	v := n.view()
+	owners := v.placed(id, v.copies(d.Replicas))
 	if !replicated {
-		if len(v.peers(id)) > 0 {
+		if len(v.others(owners)) > 0 {
 			select {
-			case n.pushQueue <- id:
+			case n.pushQueue <- queued{id: id, replicas: d.Replicas}:
 			default:
 				n.metrics.dropped.Inc()
 			}
@@ -34,15 +43,19 @@ func (n *Node) Put(ns string, key []byte, value [][]byte, opt store.PutOptions) 
 		return nil
 	}
 	held := 0
-	if v.owns(id) {
+	if contains(owners, v.self) {
 		held = 1
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var last error
-	for _, o := range v.peers(id) {
+	for i, o := range owners {
+		if o == v.self {
+			continue
+		}
 		wg.Go(func() {
-			err := n.remotePut(v, o, opPut, id, value)
+			err := n.putCopy(v, o, false, id, d.Replicas, value)
+			n.countCopy(v, i, "put", err)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -56,7 +69,7 @@ func (n *Node) Put(ns string, key []byte, value [][]byte, opt store.PutOptions) 
 	if held < n.cfg.Replicas {
 		n.metrics.replicas.WithLabelValues("short").Inc()
 		return &store.Error{Code: store.CodeUnavailable,
-			Msg: fmt.Sprintf("replicated: %d of %d owners hold the block (%d live members; last failure: %v)", held, n.cfg.Replicas, v.table.Len(), last)}
+			Msg: fmt.Sprintf("replicated: %d of %d owners hold the block (%d placed, %d live members; last failure: %v)", held, n.cfg.Replicas, len(owners), v.table.Len(), last)}
 	}
 	n.metrics.replicas.WithLabelValues("acked").Inc()
 	return nil
@@ -99,19 +112,41 @@ func (n *Node) WriteTokens(ns string, tokens []int32, blockTokens int, blocks []
 }
 
 // Remove deletes the block here and on its owners; it fails with
-// UNAVAILABLE if an owner could not be reached (its copy may remain).
+// UNAVAILABLE if one of the key's R owners could not be reached (its copy
+// may remain). The owners after them in placement order, which hold the
+// copies a policy asked for beyond R, are asked too, at the same time, but
+// a failure there is only logged: most of them never held the block.
 func (n *Node) Remove(ns string, key []byte) error {
 	if err := n.st.Remove(ns, key); err != nil {
 		return err
 	}
 	v := n.view()
 	id := blockID(ns, key)
-	for _, o := range v.peers(id) {
-		if err := n.remoteRemove(v, o, id); err != nil {
-			return &store.Error{Code: store.CodeUnavailable, Msg: "owner " + o + " kept its copy: " + err.Error()}
+	order := v.readOrder(id)
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, o := range order {
+		if o != v.self {
+			wg.Go(func() { errs[i] = n.remoteRemove(v, o, id) })
+		}
+	}
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case i < v.replicas:
+			return &store.Error{Code: store.CodeUnavailable, Msg: "owner " + order[i] + " kept its copy: " + err.Error()}
+		default:
+			n.log.Debug("mesh: remove at a further owner failed", "owner", order[i], "key", string(key), "err", err)
 		}
 	}
 	return nil
+}
+
+// queued is a block waiting for the background copy to its owners.
+type queued struct {
+	id       []byte
+	replicas uint8 // its admission decision's Replicas: how widely it is placed
 }
 
 // pushLoop copies blocks written with durability memory or disk to their
@@ -124,15 +159,20 @@ func (n *Node) pushLoop() {
 		select {
 		case <-n.done:
 			return
-		case id := <-n.pushQueue:
-			ns, key, _ := parseID(id)
+		case q := <-n.pushQueue:
+			ns, key, _ := parseID(q.id)
 			v := n.view()
 			buf, err := n.readLocal(ns, key)
 			if err != nil {
 				continue
 			}
-			for _, o := range v.peers(id) {
-				if err := n.remotePut(v, o, opPut, id, [][]byte{buf}); err != nil {
+			for i, o := range v.placed(q.id, v.copies(q.replicas)) {
+				if o == v.self {
+					continue
+				}
+				err := n.putCopy(v, o, false, q.id, q.replicas, [][]byte{buf})
+				n.countCopy(v, i, "background", err)
+				if err != nil {
 					n.log.Debug("mesh: background copy failed", "owner", o, "key", string(key), "err", err)
 				}
 			}

@@ -41,6 +41,9 @@ func (s *Store) allocMem(size uint64) (memtier.Alloc, error) {
 				s.stats.demotions.Add(1)
 				continue // pick again: the victim may have been read meanwhile
 			}
+			if v.dead {
+				continue // retired meanwhile: its pages went with its lease
+			}
 			s.log.Warn("demotion to disk failed; evicting from memory anyway", "err", err)
 		}
 		s.dropMem(v, policy.EventRemove)
@@ -112,13 +115,17 @@ func (s *Store) dropDisk(b *block) {
 	}
 }
 
-// unindex removes a block from the index. mu held.
+// unindex removes a block from the index; its key keeps the id in the
+// ghost table. mu held.
 func (s *Store) unindex(b *block) {
 	ik := indexKey(b.ns, b.key)
 	if s.blocks[ik] == b {
 		delete(s.blocks, ik)
+		s.remember(ik, b.id)
 	}
-	delete(s.byID, b.id)
+	if s.byID[b.id] == b { // a newer block of the key may hold the id
+		delete(s.byID, b.id)
+	}
 	b.dead = true
 }
 

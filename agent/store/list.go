@@ -5,6 +5,9 @@ type BlockRef struct {
 	NS   string
 	Key  []byte
 	Size uint64
+	// Replicas is the block's placement as admitted (Decision.Replicas;
+	// the writer's, for a copy stored for another member).
+	Replicas uint8
 }
 
 // List returns every block indexed at the moment of the call. The keys are
@@ -15,7 +18,7 @@ func (s *Store) List() []BlockRef {
 	defer s.mu.Unlock()
 	out := make([]BlockRef, 0, len(s.byID))
 	for _, b := range s.byID {
-		out = append(out, BlockRef{NS: b.ns, Key: b.key, Size: b.size})
+		out = append(out, BlockRef{NS: b.ns, Key: b.key, Size: b.size, Replicas: b.admitted.Replicas})
 	}
 	return out
 }

@@ -15,6 +15,16 @@ type PutOptions struct {
 	Tokens     uint32            // tokens the block holds, if known
 	Parent     []byte            // key of the previous block of its chain, if known
 	ChainPos   uint32            // position in its chain, if known
+
+	// Cluster mode (agent/mesh). Replica marks a copy stored for another
+	// member: Replicas, its writer's Decision.Replicas, is recorded as the
+	// block's placement in place of this store's own answer, which still
+	// decides the copy's disk writes and acknowledgement floor.
+	Replica  bool
+	Replicas uint8
+	// Admitted, if not nil, receives the admission decision recorded for
+	// the block (whatever the Put's outcome).
+	Admitted *policy.Decision
 }
 
 // Put stores the concatenation of value's parts under (ns, key) and returns
@@ -53,20 +63,23 @@ func (s *Store) Put(ns string, key []byte, value [][]byte, opt PutOptions) error
 	}
 
 	s.mu.Lock()
-	s.nextID++
-	s.version++
+	s.version++ // the disk file's version: new per write, unlike the id (recover keeps the newest)
 	now := s.now()
-	b := &block{id: s.nextID, ns: ns, key: bytes.Clone(key), size: size, tokens: opt.Tokens,
+	b := &block{id: s.idFor(indexKey(ns, key)), ns: ns, key: bytes.Clone(key), size: size, tokens: opt.Tokens,
 		chainPos: opt.ChainPos, version: s.version, mem: al, lastUsed: now}
 	if len(opt.Parent) > 0 {
 		b.parent = bytes.Clone(opt.Parent)
-		if p := s.blocks[indexKey(ns, opt.Parent)]; p != nil {
-			b.parentID = p.id
-		}
+		b.parentID = s.knownID(indexKey(ns, opt.Parent))
 	}
 	ev := b.event(policy.EventInsert, policy.TierMemory, now)
 	if d := s.admission.Admit([]policy.Event{ev}, nil); len(d) == 1 {
 		b.admitted = d[0]
+	}
+	if opt.Replica {
+		b.admitted.Replicas = opt.Replicas
+	}
+	if opt.Admitted != nil {
+		*opt.Admitted = b.admitted
 	}
 	ack := max(opt.Durability, b.admitted.Ack)
 	if ack > policy.DurableDisk {
@@ -78,8 +91,7 @@ func (s *Store) Put(ns string, key []byte, value [][]byte, opt PutOptions) error
 	if old := s.blocks[indexKey(ns, key)]; old != nil {
 		s.retire(old)
 	}
-	s.blocks[indexKey(ns, key)] = b
-	s.byID[b.id] = b
+	s.publish(b)
 	s.observe(policy.TierMemory, ev)
 	toDisk := s.disk != nil && (ack >= policy.DurableDisk || b.admitted.Disk == policy.DiskNow)
 	if !toDisk {
@@ -179,11 +191,21 @@ func (s *Store) lease(ns string, key []byte) (*block, memtier.Alloc, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	b := s.blocks[indexKey(ns, key)]
+	ik := indexKey(ns, key)
+	b := s.blocks[ik]
 	if b == nil {
+		// Each tier's policy hears of the miss under the key's id, so it
+		// can tell a block it evicted too soon (none if no id is kept).
+		ev := policy.Event{Time: s.now(), ID: s.missID(ik), Kind: policy.EventMiss}
 		s.stats.misses[policy.TierMemory].Add(1)
+		if ev.ID != 0 {
+			s.observe(policy.TierMemory, ev)
+		}
 		if s.disk != nil {
 			s.stats.misses[policy.TierDisk].Add(1)
+			if ev.Tier = policy.TierDisk; ev.ID != 0 {
+				s.observe(policy.TierDisk, ev)
+			}
 		}
 		return nil, nil, errorf(CodeNotFound, "no block under the key")
 	}
@@ -201,6 +223,7 @@ func (s *Store) touch(b *block) {
 	if b.mem == nil {
 		tier = policy.TierDisk
 		s.stats.misses[policy.TierMemory].Add(1)
+		s.observe(policy.TierMemory, b.event(policy.EventMiss, policy.TierMemory, now))
 	}
 	s.stats.hits[tier].Add(1)
 	s.observe(tier, b.event(policy.EventHit, tier, now))
@@ -236,12 +259,13 @@ func (s *Store) lookup(ns string, ks [][]byte, stopAtMiss bool) ([]bool, int, er
 	lookup := make([]policy.Event, 0, len(ks))
 	now := s.now()
 	for i, k := range ks {
-		b := s.blocks[indexKey(ns, k)]
+		ik := indexKey(ns, k)
+		b := s.blocks[ik]
 		found[i] = b != nil
 		if b == nil {
 			inRun = false
 			if stopAtMiss {
-				lookup = append(lookup, policy.Event{Time: now, Kind: policy.EventMiss, ChainPos: uint32(i)})
+				lookup = append(lookup, policy.Event{Time: now, ID: s.missID(ik), Kind: policy.EventMiss, ChainPos: uint32(i)})
 				break
 			}
 			continue

@@ -4,7 +4,10 @@
 //
 // Invariants:
 //   - A block is immutable. A Put of an existing key publishes a new block
-//     (a new id and disk version) and retires the old one.
+//     (with a new disk version) and retires the old one.
+//   - A block id names a key, not a version: the key keeps it across
+//     replace, eviction and re-put while the store remembers the key
+//     (ids.go), and no id ever names two keys.
 //   - Storage of a block (its pages, its disk file) is released only when
 //     the block has left the index and no read lease is outstanding, so a
 //     reader never sees bytes being reused.
@@ -38,7 +41,12 @@ type Config struct {
 	MaxBlockSize uint64   // largest block accepted; default 64 MiB
 	Namespaces   []string // namespaces served; default just "default"
 	PageSize     uint64   // memory allocation unit; default memtier.DefaultPageSize
-	Logger       *slog.Logger
+	// RememberedKeys bounds how many keys without a stored block (evicted,
+	// removed, or missed by a lookup) keep their block id (ids.go); 0:
+	// DefaultGhostsPerBlock per block stored, at least MinGhosts; negative:
+	// none.
+	RememberedKeys int
+	Logger         *slog.Logger
 }
 
 // DefaultMaxBlockSize bounds a block unless Config says otherwise.
@@ -92,7 +100,8 @@ type Store struct {
 	mu       sync.Mutex
 	blocks   map[string]*block // by indexKey(ns, key)
 	byID     map[uint64]*block
-	nextID   uint64
+	nextID   uint64 // the last block id handed out (ids.go)
+	ghosts   ghosts // ids of keys remembered without a block
 	version  uint64
 	diskUsed uint64
 	closed   bool
@@ -136,6 +145,7 @@ func New(cfg Config) (*Store, error) {
 		done:      make(chan struct{}),
 		blocks:    make(map[string]*block),
 		byID:      make(map[uint64]*block),
+		ghosts:    newGhosts(),
 		version:   uint64(time.Now().UnixNano()),
 		admission: policy.WriteBack{},
 		eviction:  [2]policy.Eviction{policy.NewLRU(), policy.NewLRU()},

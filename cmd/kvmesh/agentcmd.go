@@ -37,6 +37,7 @@ func runAgent(args []string) error {
 	join := fs.String("join", "", "cluster mode: seed agents, host:port[,host:port…]")
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "cluster mode: owners per block (R)")
 	fs.StringVar(&cfg.NodeName, "node-name", "", "cluster mode: member name (default: the certificate's CN; under --dev the hostname)")
+	fs.StringVar(&cfg.GossipProfile, "gossip-profile", "lan", "cluster mode: gossip timings, lan (data centre) or local (one machine, tests: failures noticed in about a second)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -23,9 +25,11 @@ var policyBenchTrace = replay.SyntheticConfig{
 // benchPolicy measures what an eviction decision costs natively and as
 // wasm: the agent's native LRU and the shipped lru module (run through the
 // host as the store would run it: events gathered into batches, answers
-// checked, the native fallback fed) replay the same trace. ns per event is
-// the time inside the policy calls over the events they were handed; each
-// figure is the median of --reps replays.
+// checked, the blocks of the tier recorded for the native fallback) replay
+// the same trace. ns per event is the time inside the policy calls over the
+// events they were handed; each figure is the median of --reps replays,
+// native and wasm taking turns so that both see the same load on a busy
+// machine.
 func benchPolicy(args []string) error {
 	fs := flag.NewFlagSet("bench policy", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -33,6 +37,7 @@ func benchPolicy(args []string) error {
 	tracePath := fs.String("trace", "", "replay this Mooncake trace instead of the synthetic one")
 	capacity := fs.Int64("capacity-tokens", 2_000_000, "memory tier capacity in tokens")
 	reps := fs.Int("reps", 3, "replays per figure (median reported)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replays to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,27 +63,34 @@ func benchPolicy(args []string) error {
 	}
 	native := evictionFactory{name: "lru", make: func(policy.Tier) (policy.Eviction, error) { return policy.NewLRU(), nil }}
 
-	measure := func(e evictionFactory) (replay.Result, float64, error) {
-		var res replay.Result
-		var ns []float64
-		for range *reps {
-			var err error
-			if res, err = replay.Run(trace, replay.Config{CapacityTokens: *capacity, Eviction: e.make}); err != nil {
-				return res, 0, err
-			}
-			ns = append(ns, res.NsPerEvent())
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
 		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var nres, wres replay.Result
+	var nsNative, nsWasm []float64
+	for range *reps {
+		var err error
+		if nres, err = replay.Run(trace, replay.Config{CapacityTokens: *capacity, Eviction: native.make}); err != nil {
+			return err
+		}
+		if wres, err = replay.Run(trace, replay.Config{CapacityTokens: *capacity, Eviction: wasm.make}); err != nil {
+			return err
+		}
+		nsNative, nsWasm = append(nsNative, nres.NsPerEvent()), append(nsWasm, wres.NsPerEvent())
+	}
+	median := func(ns []float64) float64 {
 		slices.Sort(ns)
-		return res, ns[len(ns)/2], nil
+		return ns[len(ns)/2]
 	}
-	nres, nns, err := measure(native)
-	if err != nil {
-		return err
-	}
-	wres, wns, err := measure(wasm)
-	if err != nil {
-		return err
-	}
+	nns, wns := median(nsNative), median(nsWasm)
 	if err := wasm.failures(); err != nil {
 		return fmt.Errorf("the module fell back to the native policy: %w", err)
 	}

@@ -157,7 +157,7 @@ func policyList(args []string) error {
 		return printJSON(list)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SLOT\tSTATE\tMODULE\tSINCE\tROLLBACK TO")
+	fmt.Fprintln(tw, "SLOT\tSTATE\tMODULE\tVERSION\tORIGIN\tSINCE\tROLLBACK TO")
 	for _, s := range list.Slots {
 		module, back := "native", ""
 		if s.Active != "" {
@@ -169,7 +169,11 @@ func policyList(args []string) error {
 				back = short(s.History[0])
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", slotName(s.Slot, s.Tier), s.State, module, s.Since, back)
+		origin := s.Origin
+		if origin == "" {
+			origin = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", slotName(s.Slot, s.Tier), s.State, module, s.Version, origin, s.Since, back)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -177,6 +181,9 @@ func policyList(args []string) error {
 	for _, s := range list.Slots {
 		if s.Error != "" {
 			fmt.Printf("%s: %s\n", slotName(s.Slot, s.Tier), s.Error)
+		}
+		if r := s.Refused; r != nil {
+			fmt.Printf("%s: refused module %s (version %d from %s): %s\n", slotName(s.Slot, s.Tier), short(r.Module), r.Version, r.Origin, r.Error)
 		}
 	}
 	return nil

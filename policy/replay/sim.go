@@ -100,7 +100,7 @@ type sim struct {
 	memCap   int
 	diskCap  int
 	memory   map[uint64]policy.DiskWrite // blocks in memory and what admission said of them
-	disk     map[uint64]struct{}
+	disk     map[uint64]policy.DiskWrite // blocks on disk and what admission said of them
 	memPol   policy.Eviction
 	diskPol  policy.Eviction
 	admit    policy.Admission
@@ -130,7 +130,7 @@ func newSim(cfg Config) (*sim, error) {
 		memCap:   int(cfg.CapacityTokens / bt),
 		diskCap:  int(cfg.DiskCapacityTokens / bt),
 		memory:   map[uint64]policy.DiskWrite{},
-		disk:     map[uint64]struct{}{},
+		disk:     map[uint64]policy.DiskWrite{},
 		blockTok: bt,
 	}
 	s.scratch.inChain, s.scratch.taken = map[uint64]bool{}, map[uint64]bool{}
@@ -294,7 +294,10 @@ func (s *sim) request(r *Request) error {
 			continue
 		}
 		room--
-		dw := policy.DiskOnEvict // a block promoted from disk has its copy there
+		// A block promoted from disk keeps its copy there and what admission
+		// said of it, as a store keeps both with the block: were the copy
+		// dropped, a write-through block would not be written again.
+		dw := s.disk[e.ID]
 		if s.twoTier() && !sc.onDisk[i] {
 			dw = sc.decisions[next].Disk
 			next++
@@ -345,7 +348,11 @@ func (s *sim) writeDisk(writes []policy.Event) error {
 		writes = writes[:room]
 	}
 	for _, w := range writes {
-		s.disk[w.ID] = struct{}{}
+		dw, ok := s.memory[w.ID] // written through; otherwise demoted
+		if !ok {
+			dw = policy.DiskOnEvict
+		}
+		s.disk[w.ID] = dw
 	}
 	s.res.BlocksWrittenDisk += int64(len(writes))
 	s.observe(s.diskPol, writes)

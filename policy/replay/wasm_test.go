@@ -81,8 +81,12 @@ func TestReuseModuleBeatsLRU(t *testing.T) {
 }
 
 // TestSightingAdmission replays two tiers (memory 3M tokens, disk 30M):
-// the shipped admission module must write fewer blocks to disk than
-// writing every block through, at no more than a point of hit rate.
+// the shipped admission module must write at least 12% fewer blocks to disk
+// than writing every block through (it writes about 17% fewer), at no more
+// than a point of hit rate. (Issue #3 asked for half: on this trace no
+// admission policy gets there within a point, as whether a request's blocks
+// come back is barely told by anything its records carry; see
+// wasm-policies/sighting.)
 func TestSightingAdmission(t *testing.T) {
 	t.Parallel()
 	tr := conversationTrace(t)
@@ -108,8 +112,8 @@ func TestSightingAdmission(t *testing.T) {
 		t.Fatalf("the module fell back: %v", err)
 	}
 	t.Logf("sighting: hit rate %.4f, %d disk writes; write-through: %.4f, %d", got.HitRate(), got.BlocksWrittenDisk, through.HitRate(), through.BlocksWrittenDisk)
-	if got.BlocksWrittenDisk*20 > through.BlocksWrittenDisk*19 {
-		t.Errorf("%d disk writes, write-through %d: want at least 5%% fewer", got.BlocksWrittenDisk, through.BlocksWrittenDisk)
+	if got.BlocksWrittenDisk*100 > through.BlocksWrittenDisk*88 {
+		t.Errorf("%d disk writes, write-through %d: want at least 12%% fewer", got.BlocksWrittenDisk, through.BlocksWrittenDisk)
 	}
 	if got.HitRate() < through.HitRate()-0.01 {
 		t.Errorf("hit rate %.4f, write-through %.4f: lost more than a point", got.HitRate(), through.HitRate())

@@ -17,11 +17,33 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return d.meta // encodeMeta kept it within memberlist.MetaMaxSize
 }
 
-// kvmesh gossips no application messages or state of its own (yet).
-func (d *delegate) NotifyMsg([]byte)                           {}
-func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d *delegate) LocalState(join bool) []byte                { return nil }
-func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+// The application's messages and state (SetApp); without an App, none.
+
+func (d *delegate) NotifyMsg(msg []byte) {
+	if s := d.app.load(); s != nil && len(msg) > 0 {
+		s.app.NotifyMsg(append([]byte(nil), msg...)) // memberlist reuses msg
+	}
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	if s := d.app.load(); s != nil {
+		return s.queue.GetBroadcasts(overhead, limit)
+	}
+	return nil
+}
+
+func (d *delegate) LocalState(join bool) []byte {
+	if s := d.app.load(); s != nil {
+		return s.app.LocalState(join)
+	}
+	return nil
+}
+
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	if s := d.app.load(); s != nil && len(buf) > 0 {
+		s.app.MergeRemoteState(append([]byte(nil), buf...), join)
+	}
+}
 
 func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.notify(EventJoin, n, StateAlive) }
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.notify(EventUpdate, n, StateAlive) }

@@ -109,6 +109,7 @@ type Membership struct {
 	log     *slog.Logger
 	queue   *eventQueue
 	metrics *metrics
+	app     appSlot // the application's gossip (app.go)
 
 	mu      sync.Mutex
 	meta    []byte            // encoded Meta, as NodeMeta hands it out

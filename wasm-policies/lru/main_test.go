@@ -28,6 +28,49 @@ func TestMatchesNativeLRU(t *testing.T) {
 	}
 }
 
+// TestMatchesNativeLRUAtScale does the same with tens of thousands of
+// blocks, sequential ids like the store's as well as scattered ones, so the
+// guest's table grows and its removals shift long probe chains.
+func TestMatchesNativeLRUAtScale(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	guest, ref := native.Eviction(newLRU()), policy.NewLRU()
+	next := uint64(1)
+	var live []uint64
+	for round := range 400 {
+		batch := make([]policy.Event, 0, 512)
+		for range cap(batch) {
+			switch r := rng.IntN(10); {
+			case r < 4 || len(live) == 0: // a new block
+				id := next
+				if round%2 == 1 {
+					id = rng.Uint64() | 1
+				}
+				next++
+				live = append(live, id)
+				batch = append(batch, policy.Event{ID: id, Kind: policy.EventInsert})
+			case r < 7:
+				batch = append(batch, policy.Event{ID: live[rng.IntN(len(live))], Kind: policy.EventHit})
+			case r < 8:
+				batch = append(batch, policy.Event{ID: next + 1_000_000, Kind: policy.EventMiss})
+			default:
+				i := rng.IntN(len(live))
+				batch = append(batch, policy.Event{ID: live[i], Kind: policy.EventRemove})
+				live[i] = live[len(live)-1]
+				live = live[:len(live)-1]
+			}
+		}
+		guest.Observe(batch)
+		ref.Observe(batch)
+		max := rng.IntN(3000)
+		if got, want := guest.Victims(nil, max), ref.Victims(nil, max); !equal(got, want) {
+			t.Fatalf("round %d: %d victims, native LRU %d, or they differ", round, len(got), len(want))
+		}
+	}
+	if len(live) < 20_000 {
+		t.Fatalf("only %d blocks live at the end", len(live))
+	}
+}
+
 func equal(a, b []uint64) bool {
 	if len(a) != len(b) {
 		return false

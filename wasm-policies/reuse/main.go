@@ -1,22 +1,45 @@
 // Command reuse is an eviction policy that predicts reuse online and
-// evicts the block expected to earn the fewest hits per unit of cache time
-// it would occupy, in the manner of Least Hit Density (Beckmann et al.,
-// NSDI'18) with the learned reuse model of Learning Relaxed Belady (Song et
+// evicts the block least worth its room: the leaf of the cached prefix
+// trees with the lowest learned Gittins index (hit density over the best
+// horizon), in the manner of Least Hit Density (Beckmann et al., NSDI'18)
+// with the ghost-trained reuse model of Learning Relaxed Belady (Song et
 // al., NSDI'20) reduced to counting.
 //
-// Every block's current lifetime falls in a class (how often the block was
-// used before, how much of its request was new, how long ago its chain was
-// last used, whether it is a partial last block). Per class and age the
-// policy counts reuses and lifetimes that ended without one. A block the
-// tier drops is remembered as a ghost, so a reuse that comes after eviction
-// still teaches the model (the store reports it as a miss or a new insert
-// of the same id): the model learns what keeping a block longer would have
-// earned, not only what the cache happened to see.
+// The unit of reuse in an inference cluster is a conversation's chain: a
+// later turn resends the whole previous prompt, so it reuses every full
+// block of the previous request at once, and the partial last block almost
+// never (the next turn extends it, so its hash changes). Each access starts
+// a lifetime of the block in a class: whether it is a partial last block,
+// how many blocks of its request were new, and how often the block itself
+// has been used (a system prompt is used all the time, a conversation's
+// prefix once per turn). Richer classes (turn count, time since the
+// previous turn, request length, prefix hit) were tried on the Mooncake
+// conversation trace: they split the counts too thin and did worse.
+//
+// Per class and age (log-spaced buckets) the policy counts lifetimes that
+// ended in a reuse and lifetimes forgotten without one. A block the tier
+// drops stays tracked as a ghost for a while, so a reuse after eviction
+// still counts (the replay lab, and any store that keeps ids stable, report
+// it as a miss or a new insert of the same id): the model learns what
+// keeping a block longer would have earned, not only what the cache
+// happened to keep. Until an evicted id has come back (ids may not be
+// stable), an eviction ends the lifetime instead, as in LHD.
+//
+// From the counts, each class and age gets an index: the best ratio, over
+// every horizon, of the reuses still to come within it to the cache time
+// (block-ms) that the lifetimes still alive would spend until then,
+// blended with the all-class curve so that sparse classes start sane. Reuse
+// gaps are often longer than the tier holds traffic for, and few come in a
+// conversation's first seconds: a block that has just arrived is worth
+// less than one of its class that has waited most of the typical gap
+// already, so a small tier keeps a stable subset of conversations long
+// enough for their next turn rather than every conversation too briefly.
 //
 // Victims are chosen among the leaves of the cached prefix trees: evicting
 // a block whose descendants stay would strand them, since a lookup stops at
-// the first missing block. Among 64 sampled leaves the one with the lowest
-// hit density goes.
+// the first missing block. Among sampled leaves the one with the lowest
+// index goes; its parent, once childless, joins the candidates, so a chain
+// is cut back from its tail.
 package main
 
 import (
@@ -30,20 +53,31 @@ const (
 	// Ages are bucketed logarithmically from a quarter second: reuse
 	// happens on every time scale from seconds to hours.
 	ageUnitMs = 250
-	// classes: accesses (5) x new blocks in the request (5) x time since
-	// the chain's last use (4) x partial block (2).
-	classes = 5 * 5 * 4 * 2
-	// Every time the cache has seen about twice its size in accesses (and
-	// at least minRecompute), the densities are rebuilt from the counts,
-	// which then decay so the model follows the workload.
+
+	// Class features (see classOf): partial, new blocks in the request
+	// (0, 1-2, 3-7, 8-31, 32+), uses of the block (1, 2, 3-4, 5+).
+	freshClasses = 5
+	useClasses   = 4
+	classes      = 2 * freshClasses * useClasses
+
+	// Every time the tier has seen about its size in accesses (and at
+	// least minRecompute), the indexes are rebuilt from the counts, which
+	// then decay so the model follows the workload.
 	minRecompute = 1024
 	decay        = 0.95
-	// priorSamples is how many lifetimes' worth of the all-class average a
-	// class's own counts are blended with, so sparse classes start sane.
+	// priorSamples is how many lifetimes' worth of the all-class curve a
+	// class's own counts are blended with.
 	priorSamples = 8
-	// ghostsPerBlock bounds the ghosts to this many per cached block.
-	ghostsPerBlock = 4
-	samples        = 32
+	// minReuses is how many reuses the model must have seen before its
+	// indexes replace LRU order.
+	minReuses = 64
+	// ghostsPerBlock bounds the ghosts to this many per cached block (as
+	// if at least 64 were cached); maxTracked bounds blocks and ghosts
+	// together (memory: about 80 bytes each with the id table; ghosts go
+	// first, cached blocks are always tracked).
+	ghostsPerBlock = 8
+	maxTracked     = 1 << 19
+	samples        = 48
 )
 
 // ageBucket is floor(4·log2(1 + age/ageUnitMs)), in integer arithmetic:
@@ -61,6 +95,17 @@ func ageBucket(ageMs int64) int {
 	return min(4*octave+quarter, ageBuckets-1)
 }
 
+// bucketFrac is how far into its bucket an age is, from 0 to 1.
+func bucketFrac(ageMs int64) float32 {
+	x := uint64(1 + max(ageMs, 0)/ageUnitMs)
+	octave := bits.Len64(x) - 1
+	if octave < 2 {
+		return 0
+	}
+	span := uint64(1) << (octave - 2)
+	return (float32(x&(span-1)) + float32(max(ageMs, 0)%ageUnitMs)/ageUnitMs) / float32(span)
+}
+
 // bucketWidth is the span of ages, in ms, that ageBucket maps to b. The
 // first two octaves hold too few whole units to fill four buckets: the
 // others there are empty.
@@ -75,72 +120,68 @@ func bucketWidth(b int) float64 {
 	return 0
 }
 
-// request gathers what is known of the request a block was last used by.
-type request struct {
-	time    int64
-	fresh   int   // blocks of the request never seen before
-	prevGap int64 // ms since the chain's previous use; -1 if none
-	refs    int   // blocks whose current lifetime belongs to it
-}
-
-// ghost is an entry of the ghost FIFO; it is stale if its block has been
-// cached again since.
-type ghost struct {
-	index   int32
-	evicted int32
-}
-
 // block is a cached block or a ghost.
 type block struct {
-	id       uint64
-	parent   uint64
-	last     int64 // ms of its last use
-	uses     int32
-	req      int32  // index into reqs
-	children int32  // cached children
-	leaf     int32  // index into leaves; -1 when not a cached leaf
-	picked   uint32 // the Victims call that last sampled it
-	evicted  int32  // times it left the cache: tells a ghost entry current from stale
-	partial  bool
-	cached   bool
+	id      uint64
+	parent  uint64
+	last    int64  // ms of its last use
+	class   uint16 // of its current lifetime
+	uses    uint16 // saturating
+	partial bool
+	cached  bool
+	linked  bool   // counted in its parent's children
+	ended   bool   // its lifetime was counted as ended when it was evicted
+	linkGen uint32 // the parent's gen when it was counted
+	gen     uint32 // times it left the cache: tells a ghost entry current from stale
+	// cached children; leaf: index into leaves, -1 when not a cached leaf
+	children int32
+	leaf     int32
+	picked   uint32 // the Victims call that last looked at it
+}
+
+// ghost is an entry of the ghost FIFO.
+type ghost struct {
+	index int32
+	gen   uint32
+}
+
+// request is what is known of the request whose lookup is being seen:
+// consecutive events of one time, each the child of the one before.
+type request struct {
+	time    int64
+	lastID  uint64
+	members []int32 // blocks whose lifetime it started
+	fresh   int     // blocks never seen before
 }
 
 type reusePolicy struct {
-	at       *sdk.IDTable // id -> index into blocks (cached blocks and ghosts)
-	blocks   []block
-	free     []int32
-	leaves   []int32
-	ghosts   []ghost // oldest first from head
-	head     int
-	cached   int
-	reqs     []request
-	freeReqs []int32
-	cur      map[uint64]int32 // block id -> request of the current timestamp
-	curTime  int64
-	now      int64 // ms
-	maxTok   uint32
-	accesses int
+	at      *sdk.IDTable // id -> index into blocks (cached blocks and ghosts)
+	blocks  []block
+	free    []int32
+	leaves  []int32
+	ghosts  []ghost // oldest first from head
+	head    int
+	cached  int
+	now     int64 // ms
+	maxTok  uint32
+	req     request
+	stable  bool // an evicted id has come back: ghosts teach
+	pending int  // accesses since the last recompute
 
-	reuse, ended, densities [classes][ageBuckets]float64
-	rng                     uint64
-	pick                    uint32 // Victims calls so far
-	cands                   []candidate
-}
+	// reuse and ended count lifetimes by class and age; index is built
+	// from them, once trained.
+	reuse, ended [classes][ageBuckets]float64
+	index        [classes][ageBuckets]float32
+	trained      bool
 
-type candidate struct {
-	index   int32
-	density float64
+	rng   uint64
+	pick  uint32
+	cands candidates
+	taken []int32
 }
 
 func newPolicy() *reusePolicy {
-	p := &reusePolicy{at: sdk.NewIDTable(1 << 12), cur: map[uint64]int32{}, rng: 0x9E3779B97F4A7C15}
-	// Until the first counts arrive, younger is better: plain LRU.
-	for c := range p.densities {
-		for a := range p.densities[c] {
-			p.densities[c][a] = 1 / float64(a+1)
-		}
-	}
-	return p
+	return &reusePolicy{at: sdk.NewIDTable(1 << 12), rng: 0x9E3779B97F4A7C15}
 }
 
 func bucket(n int, edges ...int) int {
@@ -152,69 +193,13 @@ func bucket(n int, edges ...int) int {
 	return len(edges)
 }
 
-func (p *reusePolicy) class(b *block) int {
-	r := &p.reqs[b.req]
-	c := bucket(int(b.uses)-1, 0, 1, 2, 5)
-	c = c*5 + bucket(r.fresh, 1, 3, 7, 31)
-	gap := 0
-	if r.prevGap >= 0 {
-		gap = 1 + bucket(int(r.prevGap/1000), 60, 240)
-	}
-	c = c*4 + gap
+// classOf is the class of a lifetime of b started by request r.
+func classOf(b *block, r *request) int {
+	c := bucket(r.fresh, 0, 2, 7, 31)*useClasses + bucket(int(b.uses), 1, 2, 4)
 	if b.partial {
 		c += classes / 2
 	}
 	return c
-}
-
-// requestOf returns the request an event belongs to: events of one
-// timestamp chained by parent ids are one request.
-func (p *reusePolicy) requestOf(e *sdk.Event) int32 {
-	if e.Time != p.curTime {
-		p.curTime = e.Time
-		clear(p.cur)
-	}
-	r, ok := p.cur[e.Parent]
-	if !ok || e.Parent == 0 {
-		if n := len(p.freeReqs); n > 0 {
-			r = p.freeReqs[n-1]
-			p.freeReqs = p.freeReqs[:n-1]
-		} else {
-			r = int32(len(p.reqs))
-			p.reqs = append(p.reqs, request{})
-		}
-		p.reqs[r] = request{time: e.Time, prevGap: -1}
-	}
-	p.cur[e.ID] = r
-	return r
-}
-
-func (p *reusePolicy) release(r int32) {
-	if p.reqs[r].refs--; p.reqs[r].refs == 0 {
-		p.freeReqs = append(p.freeReqs, r)
-	}
-}
-
-// use starts a new lifetime for block i, ending the previous one as a
-// reuse.
-func (p *reusePolicy) use(i int32, r int32) {
-	b := &p.blocks[i]
-	if b.uses > 0 {
-		age := p.now - b.last
-		p.reuse[p.class(b)][ageBucket(age)]++
-		if g := p.reqs[r].prevGap; g < 0 || age < g {
-			p.reqs[r].prevGap = age
-		}
-		p.release(b.req)
-	}
-	b.uses++
-	b.last = p.now
-	b.req = r
-	p.reqs[r].refs++
-	if p.accesses++; p.accesses >= max(minRecompute, 2*p.cached) {
-		p.accesses = 0
-		p.recompute()
-	}
 }
 
 func (p *reusePolicy) Observe(events []sdk.Event) {
@@ -228,6 +213,7 @@ func (p *reusePolicy) Observe(events []sdk.Event) {
 		case sdk.Hit, sdk.Miss, sdk.Insert:
 			p.access(e)
 		case sdk.Remove, sdk.Demote:
+			p.finish()
 			if i, ok := p.at.Get(e.ID); ok && p.blocks[i].cached {
 				p.uncache(i)
 			}
@@ -237,32 +223,71 @@ func (p *reusePolicy) Observe(events []sdk.Event) {
 
 func (p *reusePolicy) access(e *sdk.Event) {
 	i, known := p.at.Get(e.ID)
-	cached := known && p.blocks[i].cached
-	switch e.Kind {
-	case sdk.Hit:
-		if !cached {
-			return
-		}
-	case sdk.Miss:
-		if !known {
-			return // nothing to learn about a block never seen
-		}
-	case sdk.Insert:
+	if e.Tokens > 0 {
 		p.maxTok = max(p.maxTok, e.Tokens)
-		// The insert that follows a lookup's miss is the same use.
-		if known && !cached && p.blocks[i].last == p.now {
-			p.cache(i, e)
-			return
-		}
 	}
-	r := p.requestOf(e)
+	if known && p.blocks[i].last == p.now && p.blocks[i].uses > 0 && (e.Kind == sdk.Insert || p.blocks[i].cached) {
+		// The insert that follows a lookup's miss, or a block seen twice
+		// in one instant: the same use.
+		if e.Kind == sdk.Insert && !p.blocks[i].cached {
+			p.cache(i, e)
+		}
+		return
+	}
+	if e.Kind == sdk.Hit && !(known && p.blocks[i].cached) {
+		return // a hit on a block the tier does not hold: out of step
+	}
+	if !(e.Time == p.req.time && e.Parent != 0 && e.Parent == p.req.lastID) {
+		p.finish()
+		p.req.time = e.Time
+	}
+	p.req.lastID = e.ID
 	if !known {
 		i = p.alloc(e.ID)
-		p.reqs[r].fresh++
+		p.req.fresh++
+	} else {
+		b := &p.blocks[i]
+		if !b.cached && b.gen > 0 {
+			p.stable = true // an evicted block came back: ids outlive eviction
+		}
+		if b.uses > 0 {
+			p.learn(i, true)
+		}
 	}
-	p.use(i, r)
-	if e.Kind == sdk.Insert && !p.blocks[i].cached {
+	b := &p.blocks[i]
+	if b.uses < 0xFFFF {
+		b.uses++
+	}
+	b.last, b.ended = p.now, false
+	b.partial = e.Tokens > 0 && e.Tokens < p.maxTok
+	p.req.members = append(p.req.members, i)
+	if e.Kind == sdk.Insert && !b.cached {
 		p.cache(i, e)
+	}
+	if p.pending++; p.pending >= max(minRecompute, p.cached) {
+		p.pending = 0
+		p.recompute()
+	}
+}
+
+// finish classes the lifetimes the request in hand started, now that its
+// lookup is over.
+func (p *reusePolicy) finish() {
+	r := &p.req
+	for _, i := range r.members {
+		p.blocks[i].class = uint16(classOf(&p.blocks[i], r))
+	}
+	*r = request{members: r.members[:0], time: r.time}
+}
+
+// learn ends block i's lifetime: with a reuse, or without one.
+func (p *reusePolicy) learn(i int32, reused bool) {
+	b := &p.blocks[i]
+	a := ageBucket(p.now - b.last)
+	if reused {
+		p.reuse[b.class][a]++
+	} else {
+		p.ended[b.class][a]++
 	}
 }
 
@@ -277,18 +302,26 @@ func (p *reusePolicy) alloc(id uint64) int32 {
 	}
 	p.blocks[i] = block{id: id, leaf: -1}
 	p.at.Put(id, i)
+	// Not cached yet: a ghost until its insert.
+	p.ghosts = append(p.ghosts, ghost{i, 0})
+	p.expireGhosts()
 	return i
 }
 
 func (p *reusePolicy) cache(i int32, e *sdk.Event) {
 	b := &p.blocks[i]
-	b.cached, b.parent, b.partial = true, e.Parent, e.Tokens < p.maxTok
+	b.cached, b.parent, b.linked = true, e.Parent, false
+	if e.Tokens > 0 {
+		b.partial = e.Tokens < p.maxTok
+	}
 	p.cached++
-	if pi, ok := p.at.Get(b.parent); ok && p.blocks[pi].cached {
-		if p.blocks[pi].children == 0 {
+	if pi, ok := p.at.Get(b.parent); ok && p.blocks[pi].cached && pi != i {
+		pb := &p.blocks[pi]
+		if pb.children == 0 && pb.leaf >= 0 {
 			p.dropLeaf(pi)
 		}
-		p.blocks[pi].children++
+		pb.children++
+		b.linked, b.linkGen = true, pb.gen
 	}
 	if b.children == 0 {
 		p.addLeaf(i)
@@ -302,28 +335,42 @@ func (p *reusePolicy) uncache(i int32) {
 	if b.leaf >= 0 {
 		p.dropLeaf(i)
 	}
-	if pi, ok := p.at.Get(b.parent); ok && p.blocks[pi].cached {
-		if p.blocks[pi].children--; p.blocks[pi].children == 0 {
-			p.addLeaf(pi)
+	if b.linked {
+		if pi, ok := p.at.Get(b.parent); ok && p.blocks[pi].cached && p.blocks[pi].gen == b.linkGen {
+			pb := &p.blocks[pi]
+			if pb.children--; pb.children == 0 {
+				p.addLeaf(pi)
+			}
 		}
+		b.linked = false
 	}
 	b.children = 0
-	b.evicted++
-	p.ghosts = append(p.ghosts, ghost{i, b.evicted})
+	b.gen++
+	if !p.stable {
+		// Nothing evicted has come back yet: ids may not outlive
+		// eviction, so the lifetime ends here.
+		p.learn(i, false)
+		b.ended = true
+	}
+	p.ghosts = append(p.ghosts, ghost{i, b.gen})
 	p.expireGhosts()
 }
 
-// expireGhosts forgets the oldest ghosts beyond the bound; a ghost that
-// was never reused ends its lifetime without a hit at its age then.
+// expireGhosts forgets the oldest ghosts beyond the bounds; a ghost that
+// was never reused ends its lifetime without one at its age then.
 func (p *reusePolicy) expireGhosts() {
-	for len(p.ghosts)-p.head > ghostsPerBlock*max(p.cached, 1) {
+	for len(p.ghosts)-p.head > ghostsPerBlock*max(p.cached, 64) || (len(p.blocks)-len(p.free) > maxTracked && p.head < len(p.ghosts)) {
 		g := p.ghosts[p.head]
+		if p.inRequest(g.index) {
+			break // its request's lookup is not over: it goes later
+		}
 		p.head++
-		if b := &p.blocks[g.index]; b.evicted == g.evicted && !b.cached {
-			p.ended[p.class(b)][ageBucket(p.now-b.last)]++
-			p.release(b.req)
+		if b := &p.blocks[g.index]; b.gen == g.gen && !b.cached && b.id != 0 {
+			if b.uses > 0 && !b.ended {
+				p.learn(g.index, false)
+			}
 			p.at.Delete(b.id)
-			*b = block{}
+			*b = block{leaf: -1}
 			p.free = append(p.free, g.index)
 		}
 	}
@@ -331,6 +378,12 @@ func (p *reusePolicy) expireGhosts() {
 		n := copy(p.ghosts, p.ghosts[p.head:])
 		p.ghosts, p.head = p.ghosts[:n], 0
 	}
+}
+
+// inRequest says whether block i was used by the request in hand (whose
+// members must stay valid until it is finished).
+func (p *reusePolicy) inRequest(i int32) bool {
+	return p.blocks[i].last == p.now && len(p.req.members) > 0
 }
 
 func (p *reusePolicy) addLeaf(i int32) {
@@ -347,41 +400,48 @@ func (p *reusePolicy) dropLeaf(i int32) {
 	p.blocks[i].leaf = -1
 }
 
-// recompute rebuilds the hit densities: for a class at age a, the reuses
-// still to come past a over the cache time (block-ms) that the lifetimes
-// reaching a go on to spend, blended with the all-class average.
+// recompute rebuilds the indexes: for a class at age a, the best ratio
+// over horizons h >= a of the reuses at ages a..h to the block-ms that the
+// lifetimes alive at a spend up to h, each class's counts blended with
+// priorSamples lifetimes of the all-class curve.
 func (p *reusePolicy) recompute() {
 	var allReuse, allEnded [ageBuckets]float64
+	allAlive, reuses := 0.0, 0.0
 	for c := range classes {
 		for a := range ageBuckets {
 			allReuse[a] += p.reuse[c][a]
-			allEnded[a] += p.reuse[c][a] + p.ended[c][a]
+			allEnded[a] += p.ended[c][a]
+			allAlive += p.reuse[c][a] + p.ended[c][a]
+			reuses += p.reuse[c][a]
 		}
 	}
-	var prior, weight [ageBuckets]float64
-	var hits, alive, time float64
-	for a := ageBuckets - 1; a >= 0; a-- {
-		hits += allReuse[a]
-		alive += allEnded[a]
-		time += alive * bucketWidth(a)
-		if alive > 0 {
-			prior[a] = hits / time
-			weight[a] = priorSamples * time / alive
-		}
+	if !p.trained && reuses < minReuses {
+		return // too little seen yet: LRU order stays
 	}
+	p.trained = true
+	scale := priorSamples / allAlive
+	var hits, occ [ageBuckets]float64
 	for c := range classes {
-		hits, alive, time = 0, 0, 0
+		alive := 0.0
 		for a := ageBuckets - 1; a >= 0; a-- {
-			hits += p.reuse[c][a]
-			alive += p.reuse[c][a] + p.ended[c][a]
-			time += alive * bucketWidth(a)
-			if time+weight[a] > 0 {
-				p.densities[c][a] = (hits + prior[a]*weight[a]) / (time + weight[a])
-			} else {
-				p.densities[c][a] = 0
-			}
+			r := p.reuse[c][a] + scale*allReuse[a]
+			n := r + p.ended[c][a] + scale*allEnded[a]
+			hits[a] = r
+			occ[a] = (alive + n/2) * bucketWidth(a)
+			alive += n
 			p.reuse[c][a] *= decay
 			p.ended[c][a] *= decay
+		}
+		for a := range ageBuckets {
+			best, h, o := 0.0, 0.0, 0.0
+			for k := a; k < ageBuckets; k++ {
+				h += hits[k]
+				o += occ[k]
+				if o > 0 && h > best*o {
+					best = h / o
+				}
+			}
+			p.index[c][a] = float32(best)
 		}
 	}
 }
@@ -393,55 +453,107 @@ func (p *reusePolicy) random() uint64 {
 	return p.rng
 }
 
-func (p *reusePolicy) density(i int32) float64 {
+// worth is the index of cached block i now, interpolated between age
+// buckets so that, within a class, ties go to the older block.
+func (p *reusePolicy) worth(i int32) float32 {
 	b := &p.blocks[i]
-	return p.densities[p.class(b)][ageBucket(p.now-b.last)]
+	age := p.now - b.last
+	if !p.trained {
+		// Until the model has seen reuses: LRU, partial blocks first.
+		x := 1 / float32(1+age)
+		if b.partial {
+			x /= 1e6
+		}
+		return x
+	}
+	row := &p.index[b.class]
+	a := ageBucket(age)
+	if a+1 == ageBuckets {
+		return row[a]
+	}
+	f := bucketFrac(age)
+	return row[a]*(1-f) + row[a+1]*f
 }
 
 // Victims samples leaves (samples, and two more per victim asked for)
-// and names them lowest density first. Naming a leaf takes it out of the
+// and names them lowest index first. Naming a leaf takes it out of the
 // tree for the rest of the call, so its parent, once it has no other
 // cached child, joins the candidates: a dead chain goes block by block
 // from its tail rather than many chains losing one block each. The tree is
 // restored before returning; the store's Remove events do the real work.
 func (p *reusePolicy) Victims(dst []uint64, max int) []uint64 {
-	if max <= 0 || len(p.leaves) == 0 {
+	p.finish()
+	if max <= 0 || p.cached == 0 {
 		return dst
 	}
 	p.pick++
-	h := candidates(p.cands[:0])
-	for range samples + 2*max {
-		i := p.leaves[p.random()%uint64(len(p.leaves))]
-		if p.blocks[i].picked != p.pick {
-			p.blocks[i].picked = p.pick
-			h = append(h, candidate{i, p.density(i)})
+	h := p.cands[:0]
+	if len(p.leaves) > 0 {
+		for range samples + 2*max {
+			i := p.leaves[p.random()%uint64(len(p.leaves))]
+			if p.blocks[i].picked != p.pick {
+				p.blocks[i].picked = p.pick
+				h = append(h, candidate{i, p.worth(i)})
+			}
 		}
 	}
 	h.init()
-	var taken []int32
-	for len(taken) < max && len(h) > 0 {
+	taken := p.taken[:0]
+	next := 0 // leaves not sampled, in order, once the sample runs dry
+	for len(taken) < max {
+		if len(h) == 0 {
+			for next < len(p.leaves) && p.blocks[p.leaves[next]].picked == p.pick {
+				next++
+			}
+			if next == len(p.leaves) {
+				break
+			}
+			i := p.leaves[next]
+			p.blocks[i].picked = p.pick
+			h.push(candidate{i, p.worth(i)})
+		}
 		i := h.pop().index
 		taken = append(taken, i)
 		dst = append(dst, p.blocks[i].id)
-		pi, ok := p.at.Get(p.blocks[i].parent)
-		if !ok || !p.blocks[pi].cached {
+		b := &p.blocks[i]
+		if !b.linked {
 			continue
 		}
-		if p.blocks[pi].children--; p.blocks[pi].children == 0 && p.blocks[pi].picked != p.pick {
-			p.blocks[pi].picked = p.pick
-			h.push(candidate{pi, p.density(pi)})
+		if pi, ok := p.at.Get(b.parent); ok && p.blocks[pi].cached && p.blocks[pi].gen == b.linkGen {
+			if p.blocks[pi].children--; p.blocks[pi].children == 0 && p.blocks[pi].picked != p.pick {
+				p.blocks[pi].picked = p.pick
+				h.push(candidate{pi, p.worth(pi)})
+			}
 		}
 	}
 	for _, i := range taken {
-		if pi, ok := p.at.Get(p.blocks[i].parent); ok && p.blocks[pi].cached {
-			p.blocks[pi].children++
+		if b := &p.blocks[i]; b.linked {
+			if pi, ok := p.at.Get(b.parent); ok && p.blocks[pi].cached && p.blocks[pi].gen == b.linkGen {
+				p.blocks[pi].children++
+			}
 		}
 	}
-	p.cands = h
+	// Cached blocks no leaf leads to (a cycle of parent ids): any will do.
+	for i := range p.blocks {
+		if len(taken) >= max || len(taken) >= p.cached {
+			break
+		}
+		if b := &p.blocks[i]; b.cached && b.picked != p.pick {
+			b.picked = p.pick
+			taken = append(taken, int32(i))
+			dst = append(dst, b.id)
+		}
+	}
+	p.cands, p.taken = h, taken
 	return dst
 }
 
-// candidates is a min-heap on density.
+type candidate struct {
+	index int32
+	worth float32
+}
+
+// candidates is a min-heap on worth.
 type candidates []candidate
 
 func (h candidates) init() {
@@ -455,7 +567,7 @@ func (h *candidates) push(c candidate) {
 	s := *h
 	for i := len(s) - 1; i > 0; {
 		parent := (i - 1) / 2
-		if s[parent].density <= s[i].density {
+		if s[parent].worth <= s[i].worth {
 			break
 		}
 		s[parent], s[i] = s[i], s[parent]
@@ -474,11 +586,12 @@ func (h *candidates) pop() candidate {
 
 func (h candidates) down(i int) {
 	for {
-		least := i
-		for _, c := range []int{2*i + 1, 2*i + 2} {
-			if c < len(h) && h[c].density < h[least].density {
-				least = c
-			}
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h[l].worth < h[least].worth {
+			least = l
+		}
+		if r < len(h) && h[r].worth < h[least].worth {
+			least = r
 		}
 		if least == i {
 			return

@@ -11,6 +11,13 @@ layer, then (scale_bytes > 0) K scale and V scale of every layer.
     # the engine computes in cache.pool.mem; then:
     cache.save_request(token_ids, block_ids)            # prefill side
     cache.load_request(token_ids, other_block_ids)      # decode side
+
+With tensor parallelism each rank registers its own cache (its rank) and
+loads into it; the scheduler asks once how many leading blocks every rank
+has and has each rank load that many:
+
+    n = query_ranks(client, token_ids, caches=rank_caches).present  # or tp_size=, block_tokens=
+    cache.load_request(token_ids, block_ids, blocks=n)              # on every rank
 """
 
 from collections import namedtuple
@@ -23,6 +30,10 @@ from ._proto.rpc import Stub
 
 Layout = namedtuple("Layout", "layers blocks heads block_tokens head_dim elem_bytes scale_bytes",
                     defaults=(0,))
+
+# query_ranks' answer: leading blocks stored for every rank, blocks in the
+# request, and a rank lacking block `present` (-1 when none does).
+RanksPresent = namedtuple("RanksPresent", "present blocks short_rank")
 
 # Trailing metadata naming a failed load_request's first missing block.
 FIRST_MISSING = "kvmesh-first-missing"
@@ -53,6 +64,35 @@ def packed_offsets(layout, base=0):
         offsets.append(base)
         base += size
     return offsets, base
+
+
+def request_prefix(tokens, block_ids, blocks, block_tokens):
+    """The first `blocks` blocks of a request: the tokens they hold (the
+    partial tail included when blocks covers it) and their block ids. Their
+    chain keys are the request's own."""
+    blocks = max(0, min(blocks, len(block_ids)))
+    return tokens[:blocks * block_tokens], block_ids[:blocks]
+
+
+def query_ranks(client, tokens=None, hashes=None, caches=None, tp_size=0, block_tokens=0, namespace=None):
+    """How many leading blocks of a request are stored for every
+    tensor-parallel rank: the minimum over the ranks, i.e. how many blocks
+    each rank can load.
+
+    The request is its token ids (chain keys, as save_request stores them)
+    or its block hashes (as save takes them). The ranks are either the
+    registered caches, one per rank (KVCache objects or cache ids), or, for
+    a scheduler that holds none, ranks 0 .. tp_size-1 of the client's
+    namespace (or `namespace`) with block_tokens tokens per block. Returns
+    a RanksPresent."""
+    req = pb.QueryRanksRequest(tokens=tokens or [], hashes=hashes or [])
+    if caches is not None:
+        req.cache_ids.extend(c.id if isinstance(c, KVCache) else c for c in caches)
+    else:
+        req.namespace = client.namespace if namespace is None else namespace
+        req.tp_size, req.block_tokens = tp_size, block_tokens
+    r = Stub(client.channel, pb, "KVCache").QueryRanks(req)
+    return RanksPresent(r.present, r.blocks, r.short_rank)
 
 
 def _layout(l):
@@ -118,9 +158,13 @@ class KVCache:
         return self.rpc.SaveRequest(pb.SaveTokensRequest(cache_id=self.id, tokens=tokens, block_ids=block_ids,
                                                          durability=durability)).saved
 
-    def load_request(self, tokens, block_ids):
+    def load_request(self, tokens, block_ids, blocks=None):
         """Loads every block of a token sequence, or raises
-        MissingBlockError naming the first one not stored."""
+        MissingBlockError naming the first one not stored. With blocks,
+        only the request's first `blocks` blocks (query_ranks' answer, so
+        that no rank loads more than every rank has)."""
+        if blocks is not None:
+            tokens, block_ids = request_prefix(tokens, block_ids, blocks, self.layout.block_tokens)
         try:
             self.rpc.LoadRequest(pb.LoadTokensRequest(cache_id=self.id, tokens=tokens, block_ids=block_ids))
         except grpc.RpcError as e:

@@ -1,6 +1,7 @@
 """Registered KV caches against a real agent: a host memfd cache saved and
 loaded by block ids and by token ids, the chain keys agreeing with
-docs/keys.md's reference, a missing block named by index, bad input
+docs/keys.md's reference, a missing block named by index, two
+tensor-parallel ranks queried for their common prefix, bad input
 refused, and a CUDA registration passing its handles through (to an agent
 without CUDA)."""
 
@@ -14,7 +15,7 @@ import grpc
 from agent import Agent
 from kvmesh import Client, KVCache, Layout, MissingBlockError
 from kvmesh._proto import kvcache_pb2 as pb
-from kvmesh.kvcache import packed_offsets
+from kvmesh.kvcache import packed_offsets, query_ranks, request_prefix
 
 LAYOUT = Layout(layers=2, blocks=8, heads=2, block_tokens=4, head_dim=8, elem_bytes=2, scale_bytes=4)
 
@@ -87,6 +88,45 @@ class KVCaches(unittest.TestCase):
         with self.assertRaises(MissingBlockError) as cm:
             self.cache.load_request(tokens, [5, 6, 7])
         self.assertEqual(cm.exception.index, 1)
+
+    def test_tensor_parallel_ranks(self):
+        """Rank 1 lacks block 3: every rank has 3 leading blocks, and each
+        rank loads those 3."""
+        rank1 = KVCache.host(self.client, LAYOUT, rank=1)
+        try:
+            self._two_ranks([self.cache, rank1])
+        finally:
+            rank1.close()
+
+    def _two_ranks(self, ranks):
+        rank1 = ranks[1]
+        rank1.pool.mem[:] = os.urandom(rank1.pool.size)
+        tokens = list(range(500, 518))  # 4 full blocks and a tail of 2
+        for c in ranks:
+            self.assertEqual(c.save_request(tokens, [0, 1, 2, 3, 4]), 5)
+        self.assertEqual(query_ranks(self.client, tokens, caches=ranks), (5, 5, -1))
+
+        keys = chain("default", tokens, LAYOUT.block_tokens)
+        self.client.remove([keys[3] + b"_key_1"])
+        self.assertEqual(query_ranks(self.client, tokens, caches=ranks), (3, 5, 1))
+        self.assertEqual(query_ranks(self.client, tokens, caches=[c.id for c in reversed(ranks)]).present, 3)
+        self.assertEqual(query_ranks(self.client, tokens, tp_size=2, block_tokens=LAYOUT.block_tokens).present, 3)
+        self.assertEqual(query_ranks(self.client, tokens, caches=[self.cache]).present, 5)
+
+        n = query_ranks(self.client, tokens, caches=ranks).present
+        for c in ranks:
+            want = [block(c, b) for b in range(n)]
+            c.load_request(tokens, [7, 6, 5, 4, 3], blocks=n)
+            self.assertEqual([block(c, b) for b in (7, 6, 5)], want)
+        with self.assertRaises(MissingBlockError) as cm:
+            rank1.load_request(tokens, [7, 6, 5, 4, 3])
+        self.assertEqual(cm.exception.index, 3)
+        self.assertEqual(request_prefix(tokens, [7, 6, 5, 4, 3], 5, 4), (tokens, [7, 6, 5, 4, 3]))
+        self.assertEqual(request_prefix(tokens, [7, 6, 5, 4, 3], 2, 4), (tokens[:8], [7, 6]))
+
+        with self.assertRaises(grpc.RpcError) as cm:  # no ranks named
+            query_ranks(self.client, tokens)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
     def test_bad_input(self):
         self.cache.save([0], ["h"])

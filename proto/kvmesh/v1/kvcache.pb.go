@@ -782,6 +782,161 @@ func (x *LoadTokensRequest) GetBlockIds() []uint32 {
 	return nil
 }
 
+// QueryRanksRequest names the ranks either by their registered caches or,
+// for a scheduler that holds none, by the model's namespace and TP size;
+// and the request either by its token ids or by the engine's block hashes.
+type QueryRanksRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One registered cache per rank, all of one namespace (and, with tokens,
+	// one block_tokens).
+	CacheIds []uint64 `protobuf:"varint,1,rep,packed,name=cache_ids,json=cacheIds,proto3" json:"cache_ids,omitempty"`
+	// Without cache_ids: ranks 0 .. tp_size-1 of namespace ("" is
+	// "default"), whose caches have block_tokens tokens per block (needed
+	// with tokens only).
+	Namespace   string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TpSize      uint32 `protobuf:"varint,3,opt,name=tp_size,json=tpSize,proto3" json:"tp_size,omitempty"`
+	BlockTokens uint32 `protobuf:"varint,4,opt,name=block_tokens,json=blockTokens,proto3" json:"block_tokens,omitempty"`
+	// The request: its token ids (their chain keys, the partial tail
+	// included, as SaveRequest stores them) or its block hashes (as Save
+	// takes them); not both.
+	Tokens        []int32  `protobuf:"varint,5,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	Hashes        []string `protobuf:"bytes,6,rep,name=hashes,proto3" json:"hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryRanksRequest) Reset() {
+	*x = QueryRanksRequest{}
+	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryRanksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryRanksRequest) ProtoMessage() {}
+
+func (x *QueryRanksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryRanksRequest.ProtoReflect.Descriptor instead.
+func (*QueryRanksRequest) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvcache_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *QueryRanksRequest) GetCacheIds() []uint64 {
+	if x != nil {
+		return x.CacheIds
+	}
+	return nil
+}
+
+func (x *QueryRanksRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *QueryRanksRequest) GetTpSize() uint32 {
+	if x != nil {
+		return x.TpSize
+	}
+	return 0
+}
+
+func (x *QueryRanksRequest) GetBlockTokens() uint32 {
+	if x != nil {
+		return x.BlockTokens
+	}
+	return 0
+}
+
+func (x *QueryRanksRequest) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *QueryRanksRequest) GetHashes() []string {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
+
+type QueryRanksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Present       uint32                 `protobuf:"varint,1,opt,name=present,proto3" json:"present,omitempty"`                      // leading blocks stored for every rank (both K and V)
+	Blocks        uint32                 `protobuf:"varint,2,opt,name=blocks,proto3" json:"blocks,omitempty"`                        // blocks the request has
+	ShortRank     int32                  `protobuf:"varint,3,opt,name=short_rank,json=shortRank,proto3" json:"short_rank,omitempty"` // a rank lacking block `present`; -1 when present == blocks
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryRanksResponse) Reset() {
+	*x = QueryRanksResponse{}
+	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryRanksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryRanksResponse) ProtoMessage() {}
+
+func (x *QueryRanksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryRanksResponse.ProtoReflect.Descriptor instead.
+func (*QueryRanksResponse) Descriptor() ([]byte, []int) {
+	return file_kvmesh_v1_kvcache_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *QueryRanksResponse) GetPresent() uint32 {
+	if x != nil {
+		return x.Present
+	}
+	return 0
+}
+
+func (x *QueryRanksResponse) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *QueryRanksResponse) GetShortRank() int32 {
+	if x != nil {
+		return x.ShortRank
+	}
+	return 0
+}
+
 type SaveResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Saved         uint32                 `protobuf:"varint,1,opt,name=saved,proto3" json:"saved,omitempty"`
@@ -791,7 +946,7 @@ type SaveResponse struct {
 
 func (x *SaveResponse) Reset() {
 	*x = SaveResponse{}
-	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[12]
+	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +958,7 @@ func (x *SaveResponse) String() string {
 func (*SaveResponse) ProtoMessage() {}
 
 func (x *SaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[12]
+	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +971,7 @@ func (x *SaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveResponse.ProtoReflect.Descriptor instead.
 func (*SaveResponse) Descriptor() ([]byte, []int) {
-	return file_kvmesh_v1_kvcache_proto_rawDescGZIP(), []int{12}
+	return file_kvmesh_v1_kvcache_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SaveResponse) GetSaved() uint32 {
@@ -836,7 +991,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[13]
+	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1003,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[13]
+	mi := &file_kvmesh_v1_kvcache_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1016,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_kvmesh_v1_kvcache_proto_rawDescGZIP(), []int{13}
+	return file_kvmesh_v1_kvcache_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LoadResponse) GetLoaded() uint32 {
@@ -936,19 +1091,33 @@ const file_kvmesh_v1_kvcache_proto_rawDesc = "" +
 	"\x11LoadTokensRequest\x12\x19\n" +
 	"\bcache_id\x18\x01 \x01(\x04R\acacheId\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\x12\x1b\n" +
-	"\tblock_ids\x18\x03 \x03(\rR\bblockIds\"$\n" +
+	"\tblock_ids\x18\x03 \x03(\rR\bblockIds\"\xba\x01\n" +
+	"\x11QueryRanksRequest\x12\x1b\n" +
+	"\tcache_ids\x18\x01 \x03(\x04R\bcacheIds\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x17\n" +
+	"\atp_size\x18\x03 \x01(\rR\x06tpSize\x12!\n" +
+	"\fblock_tokens\x18\x04 \x01(\rR\vblockTokens\x12\x16\n" +
+	"\x06tokens\x18\x05 \x03(\x05R\x06tokens\x12\x16\n" +
+	"\x06hashes\x18\x06 \x03(\tR\x06hashes\"e\n" +
+	"\x12QueryRanksResponse\x12\x18\n" +
+	"\apresent\x18\x01 \x01(\rR\apresent\x12\x16\n" +
+	"\x06blocks\x18\x02 \x01(\rR\x06blocks\x12\x1d\n" +
+	"\n" +
+	"short_rank\x18\x03 \x01(\x05R\tshortRank\"$\n" +
 	"\fSaveResponse\x12\x14\n" +
 	"\x05saved\x18\x01 \x01(\rR\x05saved\"K\n" +
 	"\fLoadResponse\x12\x16\n" +
 	"\x06loaded\x18\x01 \x01(\rR\x06loaded\x12#\n" +
-	"\rfirst_missing\x18\x02 \x01(\x05R\ffirstMissing2\xcd\x03\n" +
+	"\rfirst_missing\x18\x02 \x01(\x05R\ffirstMissing2\x98\x04\n" +
 	"\aKVCache\x12X\n" +
 	"\x0fRegisterKVCache\x12!.kvmesh.v1.RegisterKVCacheRequest\x1a\".kvmesh.v1.RegisterKVCacheResponse\x12^\n" +
 	"\x11UnregisterKVCache\x12#.kvmesh.v1.UnregisterKVCacheRequest\x1a$.kvmesh.v1.UnregisterKVCacheResponse\x12=\n" +
 	"\x04Save\x12\x1c.kvmesh.v1.SaveBlocksRequest\x1a\x17.kvmesh.v1.SaveResponse\x12=\n" +
 	"\x04Load\x12\x1c.kvmesh.v1.LoadBlocksRequest\x1a\x17.kvmesh.v1.LoadResponse\x12D\n" +
 	"\vSaveRequest\x12\x1c.kvmesh.v1.SaveTokensRequest\x1a\x17.kvmesh.v1.SaveResponse\x12D\n" +
-	"\vLoadRequest\x12\x1c.kvmesh.v1.LoadTokensRequest\x1a\x17.kvmesh.v1.LoadResponseB3Z1github.com/kvmesh/kvmesh/proto/kvmesh/v1;kvmeshv1b\x06proto3"
+	"\vLoadRequest\x12\x1c.kvmesh.v1.LoadTokensRequest\x1a\x17.kvmesh.v1.LoadResponse\x12I\n" +
+	"\n" +
+	"QueryRanks\x12\x1c.kvmesh.v1.QueryRanksRequest\x1a\x1d.kvmesh.v1.QueryRanksResponseB3Z1github.com/kvmesh/kvmesh/proto/kvmesh/v1;kvmeshv1b\x06proto3"
 
 var (
 	file_kvmesh_v1_kvcache_proto_rawDescOnce sync.Once
@@ -962,7 +1131,7 @@ func file_kvmesh_v1_kvcache_proto_rawDescGZIP() []byte {
 	return file_kvmesh_v1_kvcache_proto_rawDescData
 }
 
-var file_kvmesh_v1_kvcache_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_kvmesh_v1_kvcache_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_kvmesh_v1_kvcache_proto_goTypes = []any{
 	(*KVCacheLayout)(nil),             // 0: kvmesh.v1.KVCacheLayout
 	(*HostMemory)(nil),                // 1: kvmesh.v1.HostMemory
@@ -976,31 +1145,35 @@ var file_kvmesh_v1_kvcache_proto_goTypes = []any{
 	(*LoadBlocksRequest)(nil),         // 9: kvmesh.v1.LoadBlocksRequest
 	(*SaveTokensRequest)(nil),         // 10: kvmesh.v1.SaveTokensRequest
 	(*LoadTokensRequest)(nil),         // 11: kvmesh.v1.LoadTokensRequest
-	(*SaveResponse)(nil),              // 12: kvmesh.v1.SaveResponse
-	(*LoadResponse)(nil),              // 13: kvmesh.v1.LoadResponse
-	(Durability)(0),                   // 14: kvmesh.v1.Durability
+	(*QueryRanksRequest)(nil),         // 12: kvmesh.v1.QueryRanksRequest
+	(*QueryRanksResponse)(nil),        // 13: kvmesh.v1.QueryRanksResponse
+	(*SaveResponse)(nil),              // 14: kvmesh.v1.SaveResponse
+	(*LoadResponse)(nil),              // 15: kvmesh.v1.LoadResponse
+	(Durability)(0),                   // 16: kvmesh.v1.Durability
 }
 var file_kvmesh_v1_kvcache_proto_depIdxs = []int32{
 	2,  // 0: kvmesh.v1.CudaIPCMemory.regions:type_name -> kvmesh.v1.CudaIPCRegion
 	0,  // 1: kvmesh.v1.RegisterKVCacheRequest.layout:type_name -> kvmesh.v1.KVCacheLayout
 	1,  // 2: kvmesh.v1.RegisterKVCacheRequest.host:type_name -> kvmesh.v1.HostMemory
 	3,  // 3: kvmesh.v1.RegisterKVCacheRequest.cuda:type_name -> kvmesh.v1.CudaIPCMemory
-	14, // 4: kvmesh.v1.SaveBlocksRequest.durability:type_name -> kvmesh.v1.Durability
-	14, // 5: kvmesh.v1.SaveTokensRequest.durability:type_name -> kvmesh.v1.Durability
+	16, // 4: kvmesh.v1.SaveBlocksRequest.durability:type_name -> kvmesh.v1.Durability
+	16, // 5: kvmesh.v1.SaveTokensRequest.durability:type_name -> kvmesh.v1.Durability
 	4,  // 6: kvmesh.v1.KVCache.RegisterKVCache:input_type -> kvmesh.v1.RegisterKVCacheRequest
 	6,  // 7: kvmesh.v1.KVCache.UnregisterKVCache:input_type -> kvmesh.v1.UnregisterKVCacheRequest
 	8,  // 8: kvmesh.v1.KVCache.Save:input_type -> kvmesh.v1.SaveBlocksRequest
 	9,  // 9: kvmesh.v1.KVCache.Load:input_type -> kvmesh.v1.LoadBlocksRequest
 	10, // 10: kvmesh.v1.KVCache.SaveRequest:input_type -> kvmesh.v1.SaveTokensRequest
 	11, // 11: kvmesh.v1.KVCache.LoadRequest:input_type -> kvmesh.v1.LoadTokensRequest
-	5,  // 12: kvmesh.v1.KVCache.RegisterKVCache:output_type -> kvmesh.v1.RegisterKVCacheResponse
-	7,  // 13: kvmesh.v1.KVCache.UnregisterKVCache:output_type -> kvmesh.v1.UnregisterKVCacheResponse
-	12, // 14: kvmesh.v1.KVCache.Save:output_type -> kvmesh.v1.SaveResponse
-	13, // 15: kvmesh.v1.KVCache.Load:output_type -> kvmesh.v1.LoadResponse
-	12, // 16: kvmesh.v1.KVCache.SaveRequest:output_type -> kvmesh.v1.SaveResponse
-	13, // 17: kvmesh.v1.KVCache.LoadRequest:output_type -> kvmesh.v1.LoadResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
+	12, // 12: kvmesh.v1.KVCache.QueryRanks:input_type -> kvmesh.v1.QueryRanksRequest
+	5,  // 13: kvmesh.v1.KVCache.RegisterKVCache:output_type -> kvmesh.v1.RegisterKVCacheResponse
+	7,  // 14: kvmesh.v1.KVCache.UnregisterKVCache:output_type -> kvmesh.v1.UnregisterKVCacheResponse
+	14, // 15: kvmesh.v1.KVCache.Save:output_type -> kvmesh.v1.SaveResponse
+	15, // 16: kvmesh.v1.KVCache.Load:output_type -> kvmesh.v1.LoadResponse
+	14, // 17: kvmesh.v1.KVCache.SaveRequest:output_type -> kvmesh.v1.SaveResponse
+	15, // 18: kvmesh.v1.KVCache.LoadRequest:output_type -> kvmesh.v1.LoadResponse
+	13, // 19: kvmesh.v1.KVCache.QueryRanks:output_type -> kvmesh.v1.QueryRanksResponse
+	13, // [13:20] is the sub-list for method output_type
+	6,  // [6:13] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1022,7 +1195,7 @@ func file_kvmesh_v1_kvcache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvmesh_v1_kvcache_proto_rawDesc), len(file_kvmesh_v1_kvcache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

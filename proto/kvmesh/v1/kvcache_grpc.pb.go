@@ -41,6 +41,7 @@ const (
 	KVCache_Load_FullMethodName              = "/kvmesh.v1.KVCache/Load"
 	KVCache_SaveRequest_FullMethodName       = "/kvmesh.v1.KVCache/SaveRequest"
 	KVCache_LoadRequest_FullMethodName       = "/kvmesh.v1.KVCache/LoadRequest"
+	KVCache_QueryRanks_FullMethodName        = "/kvmesh.v1.KVCache/QueryRanks"
 )
 
 // KVCacheClient is the client API for KVCache service.
@@ -69,6 +70,13 @@ type KVCacheClient interface {
 	// metadata "kvmesh-first-missing"): never a partial success. After a
 	// failure the destination blocks hold unspecified bytes.
 	LoadRequest(ctx context.Context, in *LoadTokensRequest, opts ...grpc.CallOption) (*LoadResponse, error)
+	// QueryRanks reports how many leading blocks of a request are stored for
+	// every tensor-parallel rank: the minimum over the ranks of each rank's
+	// leading run, so the number of blocks a scheduler can have every rank
+	// load (each rank then calls LoadRequest with that prefix of the tokens
+	// and its block ids; docs/engines.md). Like the store's Query it warms
+	// the blocks it finds into memory.
+	QueryRanks(ctx context.Context, in *QueryRanksRequest, opts ...grpc.CallOption) (*QueryRanksResponse, error)
 }
 
 type kVCacheClient struct {
@@ -139,6 +147,16 @@ func (c *kVCacheClient) LoadRequest(ctx context.Context, in *LoadTokensRequest, 
 	return out, nil
 }
 
+func (c *kVCacheClient) QueryRanks(ctx context.Context, in *QueryRanksRequest, opts ...grpc.CallOption) (*QueryRanksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueryRanksResponse)
+	err := c.cc.Invoke(ctx, KVCache_QueryRanks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KVCacheServer is the server API for KVCache service.
 // All implementations must embed UnimplementedKVCacheServer
 // for forward compatibility.
@@ -165,6 +183,13 @@ type KVCacheServer interface {
 	// metadata "kvmesh-first-missing"): never a partial success. After a
 	// failure the destination blocks hold unspecified bytes.
 	LoadRequest(context.Context, *LoadTokensRequest) (*LoadResponse, error)
+	// QueryRanks reports how many leading blocks of a request are stored for
+	// every tensor-parallel rank: the minimum over the ranks of each rank's
+	// leading run, so the number of blocks a scheduler can have every rank
+	// load (each rank then calls LoadRequest with that prefix of the tokens
+	// and its block ids; docs/engines.md). Like the store's Query it warms
+	// the blocks it finds into memory.
+	QueryRanks(context.Context, *QueryRanksRequest) (*QueryRanksResponse, error)
 	mustEmbedUnimplementedKVCacheServer()
 }
 
@@ -192,6 +217,9 @@ func (UnimplementedKVCacheServer) SaveRequest(context.Context, *SaveTokensReques
 }
 func (UnimplementedKVCacheServer) LoadRequest(context.Context, *LoadTokensRequest) (*LoadResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method LoadRequest not implemented")
+}
+func (UnimplementedKVCacheServer) QueryRanks(context.Context, *QueryRanksRequest) (*QueryRanksResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method QueryRanks not implemented")
 }
 func (UnimplementedKVCacheServer) mustEmbedUnimplementedKVCacheServer() {}
 func (UnimplementedKVCacheServer) testEmbeddedByValue()                 {}
@@ -322,6 +350,24 @@ func _KVCache_LoadRequest_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KVCache_QueryRanks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueryRanksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KVCacheServer).QueryRanks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KVCache_QueryRanks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KVCacheServer).QueryRanks(ctx, req.(*QueryRanksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KVCache_ServiceDesc is the grpc.ServiceDesc for KVCache service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -352,6 +398,10 @@ var KVCache_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LoadRequest",
 			Handler:    _KVCache_LoadRequest_Handler,
+		},
+		{
+			MethodName: "QueryRanks",
+			Handler:    _KVCache_QueryRanks_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
