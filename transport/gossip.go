@@ -51,6 +51,23 @@ func (e *Endpoint) SendPacket(addr string, b []byte) error {
 }
 
 func (e *Endpoint) sendPacket(conn *quic.Conn, b []byte) {
+	// A pooled connection may have been dialled for 0-RTT and still be
+	// handshaking; quic-go's datagram support is only settled (and safe to
+	// read) once the peer's parameters are in, so wait off this goroutine.
+	select {
+	case <-conn.HandshakeComplete():
+	default:
+		b := append([]byte(nil), b...) // the caller may reuse b once we return
+		e.spawn(func() {
+			select {
+			case <-conn.HandshakeComplete():
+				e.sendPacket(conn, b)
+			case <-conn.Context().Done():
+				e.m.gossip.WithLabelValues("dropped", "datagram").Inc()
+			}
+		})
+		return
+	}
 	err := conn.SendDatagram(b)
 	var tooLarge *quic.DatagramTooLargeError
 	switch {

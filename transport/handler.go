@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 
 	"github.com/quic-go/quic-go"
 
@@ -112,7 +113,12 @@ func (e *Endpoint) writeFrame(s *quic.Stream, h frame.Header, p Payload) error {
 		// quic-go in one Write, which packs straight from it.
 		n, err = whole.WriteTo(s)
 	} else {
-		n, err = io.Copy(s, io.LimitReader(p.R, int64(p.Len)))
+		// Any other source goes through a pooled buffer, so a stream of
+		// any length costs no allocation and quic-go gets writes of up to
+		// copyBufferSize (io.Copy's own 32 KiB buffer would be both).
+		buf := copyBuffers.Get().(*[]byte)
+		n, err = io.CopyBuffer(onlyWriter{s}, io.LimitReader(p.R, int64(p.Len)), *buf)
+		copyBuffers.Put(buf)
 	}
 	e.m.sent.Add(float64(n))
 	if err != nil {
@@ -123,3 +129,13 @@ func (e *Endpoint) writeFrame(s *quic.Stream, h frame.Header, p Payload) error {
 	}
 	return nil
 }
+
+// copyBufferSize is the size of the writes a streamed payload is sent in:
+// large enough that quic-go packs many full packets per Write.
+const copyBufferSize = 256 << 10
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}
+
+// onlyWriter hides everything but Write, so io.CopyBuffer uses the buffer
+// it is given.
+type onlyWriter struct{ io.Writer }

@@ -21,6 +21,8 @@ type metrics struct {
 	conns    prometheus.Gauge       // open QUIC connections
 	dials    *prometheus.CounterVec // outgoing handshakes, by result
 	gossip   *prometheus.CounterVec // gossip packets, by direction and carrier
+	udpBuf   *prometheus.GaugeVec   // the socket's buffers, by direction
+	gro      prometheus.Gauge       // 1 when the socket receives with UDP_GRO
 }
 
 func newMetrics() *metrics {
@@ -53,13 +55,21 @@ func newMetrics() *metrics {
 			Name: "kvmesh_transport_gossip_packets_total",
 			Help: "Gossip packets, by direction (sent, received, dropped) and carrier (datagram, stream).",
 		}, []string{"direction", "carrier"}),
+		udpBuf: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kvmesh_transport_udp_buffer_bytes",
+			Help: "The UDP socket's buffer sizes, by direction (receive, send); below 7 MiB, bursts may be dropped.",
+		}, []string{"direction"}),
+		gro: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvmesh_transport_udp_gro",
+			Help: "1 when the UDP socket receives with generic receive offload (UDP_GRO), 0 otherwise.",
+		}),
 	}
 	m.sent, m.received = m.bytes.WithLabelValues("sent"), m.bytes.WithLabelValues("received")
 	return m
 }
 
 func (m *metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.served, m.calls, m.refused, m.bytes, m.conns, m.dials, m.gossip}
+	return []prometheus.Collector{m.served, m.calls, m.refused, m.bytes, m.conns, m.dials, m.gossip, m.udpBuf, m.gro}
 }
 
 // Describe and Collect make metrics one prometheus.Collector.
