@@ -108,17 +108,5 @@ func (n *Node) servePlace(_ context.Context, req *transport.Request, w *transpor
 		w.Error(&frame.Error{Status: frame.StatusNotOwner, Msg: fmt.Sprintf("not one of the %d owners of %s", c, key)})
 		return
 	}
-	if req.Body.Remaining() > n.st.MaxBlockSize() {
-		w.Error(&frame.Error{Status: frame.StatusTooLarge, Msg: "block exceeds --max-block-size"})
-		return
-	}
-	buf := make([]byte, req.Body.Remaining())
-	if err := req.Body.Fill(buf); err != nil {
-		return // length or checksum failed: the endpoint answers with it
-	}
-	if err := n.st.Put(ns, key, [][]byte{buf}, store.PutOptions{Replica: true, Replicas: replicas}); err != nil {
-		w.Error(storeStatus(err))
-		return
-	}
-	w.Send(frame.StatusOK, transport.Payload{})
+	n.storeReplica(req, w, ns, key, store.PutOptions{Replica: true, Replicas: replicas})
 }

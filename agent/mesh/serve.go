@@ -82,6 +82,13 @@ func (n *Node) servePut(_ context.Context, req *transport.Request, w *transport.
 		w.Error(&frame.Error{Status: frame.StatusNotOwner, Msg: "not an owner of " + string(key)})
 		return
 	}
+	// A copy placed on R owners: its writer's decision asked for no more.
+	n.storeReplica(req, w, ns, key, store.PutOptions{Replica: true})
+}
+
+// storeReplica reads a replica's payload (its length bounded, its checksum
+// checked by the endpoint) and stores it with opts.
+func (n *Node) storeReplica(req *transport.Request, w *transport.ResponseWriter, ns string, key []byte, opts store.PutOptions) {
 	if req.Body.Remaining() > n.st.MaxBlockSize() {
 		w.Error(&frame.Error{Status: frame.StatusTooLarge, Msg: "block exceeds --max-block-size"})
 		return
@@ -90,8 +97,7 @@ func (n *Node) servePut(_ context.Context, req *transport.Request, w *transport.
 	if err := req.Body.Fill(buf); err != nil {
 		return // length or checksum failed: the endpoint answers with it
 	}
-	// A copy placed on R owners: its writer's decision asked for no more.
-	if err := n.st.Put(ns, key, [][]byte{buf}, store.PutOptions{Replica: true}); err != nil {
+	if err := n.st.Put(ns, key, [][]byte{buf}, opts); err != nil {
 		w.Error(storeStatus(err))
 		return
 	}

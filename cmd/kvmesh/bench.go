@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 )
@@ -29,4 +31,21 @@ func runBench(args []string) error {
 		return fmt.Errorf("unknown benchmark %q (have: %s)", args[0], strings.Join(names, ", "))
 	}
 	return b(args[1:])
+}
+
+// startCPUProfile profiles the process into path until the returned stop is
+// called; with no path it does nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -63,17 +61,11 @@ func benchPolicy(args []string) error {
 	}
 	native := evictionFactory{name: "lru", make: func(policy.Tier) (policy.Eviction, error) { return policy.NewLRU(), nil }}
 
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	var nres, wres replay.Result
 	var nsNative, nsWasm []float64
 	for range *reps {

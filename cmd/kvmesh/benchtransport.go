@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -112,17 +111,11 @@ func benchTransport(args []string) error {
 			return fmt.Errorf("%s: %w", r.name, err)
 		}
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 
 	gb := float64(blocks) * float64(*blockSize) / 1e9
 	samples, cpu := map[string][]float64{}, map[string][]float64{}
