@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -48,7 +49,7 @@ func TestResidentSetSeedsLRU(t *testing.T) {
 				t.Fatalf("round %d: has(%d) = %v, the LRU says %v", round, id, held.has(id), ref.Has(id))
 			}
 		}
-		if got, want := held.lru().Victims(nil, 1<<20), ref.Victims(nil, 1<<20); !equalIDs(got, want) {
+		if got, want := held.lru().Victims(nil, 1<<20), ref.Victims(nil, 1<<20); !slices.Equal(got, want) {
 			t.Fatalf("round %d: seeded LRU evicts %v, the LRU fed every event %v", round, got, want)
 		}
 	}
@@ -94,7 +95,7 @@ func TestEvictionFallsBackMidStream(t *testing.T) {
 				if w.Err() != nil {
 					t.Fatalf("batch %d: module failed before asked for victims: %v", batch, w.Err())
 				}
-				if got, want := w.Victims(nil, 5), ref.Victims(nil, 5); ref.Len() > 0 && !equalIDs(got, want) {
+				if got, want := w.Victims(nil, 5), ref.Victims(nil, 5); ref.Len() > 0 && !slices.Equal(got, want) {
 					t.Fatalf("batch %d: after the bad answer victims are %v, the LRU's %v", batch, got, want)
 				}
 			case "close":
@@ -106,7 +107,7 @@ func TestEvictionFallsBackMidStream(t *testing.T) {
 			for range 20 {
 				feed(randomStream(rng, rng.IntN(40)))
 				max := rng.IntN(70)
-				if got, want := w.Victims(nil, max), ref.Victims(nil, max); !equalIDs(got, want) {
+				if got, want := w.Victims(nil, max), ref.Victims(nil, max); !slices.Equal(got, want) {
 					t.Fatalf("batch %d, %s: after the fallback victims are %v, the LRU's %v", batch, how, got, want)
 				}
 			}
@@ -143,7 +144,7 @@ func TestFallbackAtScale(t *testing.T) {
 	if ref.Len() < 5000 {
 		t.Fatalf("only %d blocks in the tier", ref.Len())
 	}
-	if got, want := w.Victims(nil, 1<<20), ref.Victims(nil, 1<<20); !equalIDs(got, want) {
+	if got, want := w.Victims(nil, 1<<20), ref.Victims(nil, 1<<20); !slices.Equal(got, want) {
 		t.Fatalf("after the fallback %d victims, the LRU's %d, or they differ", len(got), len(want))
 	}
 }

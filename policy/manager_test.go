@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -158,7 +159,7 @@ func TestManagerLifecycle(t *testing.T) {
 		t.Fatal("the upload did not land in the disk tier's eviction slot alone")
 	}
 	e.Observe(inserts(5, 6))
-	if got := e.Victims(nil, 1); !equalIDs(got, []uint64{5}) {
+	if got := e.Victims(nil, 1); !slices.Equal(got, []uint64{5}) {
 		t.Fatalf("activated policy answers %v, want the module's FIFO [5]", got)
 	}
 
@@ -219,7 +220,7 @@ func TestManagerReportsModuleTakenOutOfService(t *testing.T) {
 		batch = append(batch, Event{ID: id, Kind: EventInsert})
 	}
 	e.Observe(batch)
-	if got := e.Victims(nil, 2); !equalIDs(got, []uint64{1, 2}) {
+	if got := e.Victims(nil, 2); !slices.Equal(got, []uint64{1, 2}) {
 		t.Fatalf("victims %v after the module failed, want the native LRU's [1 2]", got)
 	}
 	slot := listedSlot(t, c, "eviction", "memory")

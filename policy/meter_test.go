@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestMeteredCodeKeepsItsMeaning(t *testing.T) {
 	// module's observe and find.
 	e.Observe(inserts(1, 2, 3, 2, 4, 5, 1, 6))
 	e.Observe([]Event{{ID: 3, Kind: EventRemove}, {ID: 9, Kind: EventRemove}, {ID: 1, Kind: EventDemote}})
-	if got, want := e.Victims(nil, 10), []uint64{2, 4, 5, 6}; !equalIDs(got, want) || e.Err() != nil {
+	if got, want := e.Victims(nil, 10), []uint64{2, 4, 5, 6}; !slices.Equal(got, want) || e.Err() != nil {
 		t.Fatalf("victims %v (%v), want %v", got, e.Err(), want)
 	}
 }
@@ -117,7 +118,7 @@ func TestFuelReachesCallers(t *testing.T) {
 	defer e.Close()
 	start := time.Now()
 	e.Observe(inserts(1, 2))
-	if got := e.Victims(nil, 2); !equalIDs(got, []uint64{1, 2}) {
+	if got := e.Victims(nil, 2); !slices.Equal(got, []uint64{1, 2}) {
 		t.Fatalf("victims %v, want the native LRU's", got)
 	}
 	if took := time.Since(start); took > 2*time.Second {

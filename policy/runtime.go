@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -306,19 +307,7 @@ func importHint(module string) string {
 }
 
 func sameSignature(f api.FunctionDefinition, want abiFunc) bool {
-	return equalTypes(f.ParamTypes(), want.params) && equalTypes(f.ResultTypes(), want.results)
-}
-
-func equalTypes(a, b []api.ValueType) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
+	return slices.Equal(f.ParamTypes(), want.params) && slices.Equal(f.ResultTypes(), want.results)
 }
 
 func signature(params, results []api.ValueType) string {

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/internal/testenv"
@@ -60,7 +61,7 @@ func TestWasmLRUMatchesNative(t *testing.T) {
 		ref.Observe(batch)
 		if round%7 == 0 {
 			max := rng.IntN(80)
-			if got, want := w.Victims(nil, max), ref.Victims(nil, max); !equalIDs(got, want) {
+			if got, want := w.Victims(nil, max), ref.Victims(nil, max); !slices.Equal(got, want) {
 				t.Fatalf("round %d: wasm victims %v, native %v", round, got, want)
 			}
 		}

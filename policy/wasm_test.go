@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,10 +139,10 @@ func TestGoodModuleSlots(t *testing.T) {
 	defer ev.Close()
 	ev.Observe(inserts(10, 11, 12, 13, 14, 15, 16))
 	ev.Observe([]Event{{ID: 12, Kind: EventRemove}, {ID: 14, Kind: EventDemote}, {ID: 10, Kind: EventHit}})
-	if got, want := ev.Victims(nil, 3), []uint64{10, 11, 13}; !equalIDs(got, want) {
+	if got, want := ev.Victims(nil, 3), []uint64{10, 11, 13}; !slices.Equal(got, want) {
 		t.Fatalf("victims %v, want FIFO order %v", got, want)
 	}
-	if got, want := ev.Victims([]uint64{99}, 100), []uint64{99, 10, 11, 13, 15, 16}; !equalIDs(got, want) {
+	if got, want := ev.Victims([]uint64{99}, 100), []uint64{99, 10, 11, 13, 15, 16}; !slices.Equal(got, want) {
 		t.Fatalf("victims %v, want %v appended to dst", got, want)
 	}
 
@@ -170,7 +171,7 @@ func TestGoodModuleSlots(t *testing.T) {
 		{ID: 3, Kind: EventHit, Tier: TierDisk}, {ID: 4, Kind: EventHit, Tier: TierMemory},
 		{ID: 5, Kind: EventHit, Tier: TierDisk}, {ID: 0, Kind: EventMiss},
 	}
-	if got, want := pf.Prefetch(lookup, nil), []uint64{2, 3, 5}; !equalIDs(got, want) {
+	if got, want := pf.Prefetch(lookup, nil), []uint64{2, 3, 5}; !slices.Equal(got, want) {
 		t.Fatalf("prefetch %v, want the disk hits %v", got, want)
 	}
 
@@ -194,18 +195,6 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
-}
-
-func equalIDs(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestRuntimeFailuresFallBack checks that each way a module can misbehave
@@ -252,7 +241,7 @@ func TestRuntimeFailuresFallBack(t *testing.T) {
 				}
 				defer w.Close()
 				w.Observe(inserts(1, 2, 3))
-				if got, want := w.Victims(nil, tc.victims), []uint64{1, 2, 3}[:tc.victims]; !equalIDs(got, want) {
+				if got, want := w.Victims(nil, tc.victims), []uint64{1, 2, 3}[:tc.victims]; !slices.Equal(got, want) {
 					t.Fatalf("victims %v, want the native LRU's %v", got, want)
 				}
 				b, label = w, "eviction_memory"
@@ -273,7 +262,7 @@ func TestRuntimeFailuresFallBack(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer w.Close()
-				if got, want := w.Prefetch(lookup, nil), []uint64{7}; !equalIDs(got, want) {
+				if got, want := w.Prefetch(lookup, nil), []uint64{7}; !slices.Equal(got, want) {
 					t.Fatalf("prefetch %v, want WarmPrefix's %v", got, want)
 				}
 				b, label = w, "prefetch"
@@ -321,7 +310,7 @@ func TestFallbackLosesNothing(t *testing.T) {
 	if w.Err() == nil || !strings.Contains(w.Err().Error(), "unreachable") {
 		t.Fatalf("module error %v, want the trap of its third call", w.Err())
 	}
-	if got, want := w.Victims(nil, 100), native.Victims(nil, 100); !equalIDs(got, want) {
+	if got, want := w.Victims(nil, 100), native.Victims(nil, 100); !slices.Equal(got, want) {
 		t.Fatalf("after the fallback victims are %v, the native policy's are %v", got, want)
 	}
 }

@@ -44,25 +44,20 @@ func (n *Node) Size(ns string, key []byte) (uint64, error) {
 	if !fallBack(err) {
 		return size, err
 	}
-	v := n.view()
-	var last error
-	answered := 0
-	for w := v.walk(blockID(ns, key)); answered < v.replicas; {
-		o, ok := w.owner()
-		if !ok {
-			break
-		}
-		if o == v.self {
-			answered++ // its local tiers missed above
-			continue
-		}
+	var found uint64
+	done, last := n.fromOwners(n.view(), blockID(ns, key), func(v *view, o string) (bool, bool, error) {
 		sizes, err := n.remoteSizes(v, o, ns, [][]byte{key})
-		if err == nil && sizes[0] >= 0 {
-			return uint64(sizes[0]), nil
+		if err != nil {
+			return false, false, err
 		}
-		if last = err; err == nil {
-			answered++
+		if sizes[0] < 0 {
+			return false, true, nil
 		}
+		found = uint64(sizes[0])
+		return true, false, nil
+	})
+	if done {
+		return found, nil
 	}
 	return 0, remoteFailure(last)
 }
@@ -74,9 +69,28 @@ func (n *Node) Get(ns string, key []byte, dst [][]byte) (uint64, error) {
 	if !fallBack(err) {
 		return got, err
 	}
-	v := n.view()
 	id := blockID(ns, key)
-	var last error
+	done, last := n.fromOwners(n.view(), id, func(v *view, o string) (bool, bool, error) {
+		g, err := n.remoteGet(v, o, id, dst)
+		if err == nil || store.CodeOf(err) == store.CodeBufferSize {
+			got = g
+			return true, false, err
+		}
+		return false, errors.Is(err, frame.ErrNotFound), err
+	})
+	if done {
+		return got, last
+	}
+	return 0, remoteFailure(last)
+}
+
+// fromOwners walks id's owners as described above, asking each other
+// owner in turn until ask reports done (its error then is the answer) or R
+// owners have answered. ask reports miss when the owner answered that it
+// lacks the block; any other error is a failure and the next owner is asked
+// in its place. Without done, last is the last owner's error, for
+// remoteFailure.
+func (n *Node) fromOwners(v *view, id []byte, ask func(v *view, owner string) (done, miss bool, err error)) (done bool, last error) {
 	answered := 0
 	for w := v.walk(id); answered < v.replicas; {
 		o, ok := w.owner()
@@ -84,18 +98,18 @@ func (n *Node) Get(ns string, key []byte, dst [][]byte) (uint64, error) {
 			break
 		}
 		if o == v.self {
-			answered++ // its local tiers missed above
+			answered++ // its local tiers missed before the walk
 			continue
 		}
-		got, err := n.remoteGet(v, o, id, dst)
-		if err == nil || store.CodeOf(err) == store.CodeBufferSize {
-			return got, err
+		done, miss, err := ask(v, o)
+		if done {
+			return true, err
 		}
-		if last = err; errors.Is(err, frame.ErrNotFound) {
+		if last = err; miss {
 			answered++
 		}
 	}
-	return 0, remoteFailure(last)
+	return false, last
 }
 
 // Exist reports, per key, whether a copy is held here or by one of the

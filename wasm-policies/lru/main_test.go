@@ -2,6 +2,7 @@ package main
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kvmesh/kvmesh/policy"
@@ -22,7 +23,7 @@ func TestMatchesNativeLRU(t *testing.T) {
 		guest.Observe(batch)
 		ref.Observe(batch)
 		max := rng.IntN(40)
-		if got, want := guest.Victims(nil, max), ref.Victims(nil, max); !equal(got, want) {
+		if got, want := guest.Victims(nil, max), ref.Victims(nil, max); !slices.Equal(got, want) {
 			t.Fatalf("round %d: victims %v, native LRU %v", round, got, want)
 		}
 	}
@@ -62,23 +63,11 @@ func TestMatchesNativeLRUAtScale(t *testing.T) {
 		guest.Observe(batch)
 		ref.Observe(batch)
 		max := rng.IntN(3000)
-		if got, want := guest.Victims(nil, max), ref.Victims(nil, max); !equal(got, want) {
+		if got, want := guest.Victims(nil, max), ref.Victims(nil, max); !slices.Equal(got, want) {
 			t.Fatalf("round %d: %d victims, native LRU %d, or they differ", round, len(got), len(want))
 		}
 	}
 	if len(live) < 20_000 {
 		t.Fatalf("only %d blocks live at the end", len(live))
 	}
-}
-
-func equal(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
