@@ -74,6 +74,13 @@ type Endpoint struct {
 	wg     sync.WaitGroup
 	goMu   sync.Mutex // orders spawn against Close's Wait
 	closed bool
+	// live holds every connection being served, pooled or not, so Close
+	// can tell each peer: closing the quic.Transport alone drops them
+	// without a CONNECTION_CLOSE, and a peer would wait out its timeout.
+	live map[*quic.Conn]struct{}
+	// accepting is closed when acceptLoop has returned, the listener's
+	// queue drained.
+	accepting chan struct{}
 }
 
 // Listen binds cfg.Bind and starts accepting connections from peers that
@@ -113,6 +120,7 @@ func Listen(cfg Config, id *tlsca.Identity) (*Endpoint, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Endpoint{
+		live:      map[*quic.Conn]struct{}{},
 		cfg:       cfg,
 		id:        id,
 		log:       log,
@@ -157,6 +165,7 @@ func Listen(cfg Config, id *tlsca.Identity) (*Endpoint, error) {
 		udp.Close()
 		return nil, fmt.Errorf("transport: %w", err)
 	}
+	e.accepting = make(chan struct{})
 	e.spawn(e.acceptLoop)
 	return e, nil
 }
@@ -215,6 +224,25 @@ func (e *Endpoint) spawn(f func()) bool {
 	return true
 }
 
+// serve serves conn on a goroutine Close waits for, counting it among the
+// connections Close tells; once Close has begun it closes conn instead.
+func (e *Endpoint) serve(conn *quic.Conn, dialled bool) {
+	e.goMu.Lock()
+	if e.closed {
+		e.goMu.Unlock()
+		conn.CloseWithError(closeShutdown, "endpoint closed")
+		return
+	}
+	e.live[conn] = struct{}{}
+	e.wg.Go(func() {
+		e.serveConn(conn, dialled)
+		e.goMu.Lock()
+		delete(e.live, conn)
+		e.goMu.Unlock()
+	})
+	e.goMu.Unlock()
+}
+
 // Close closes every connection (telling peers) and the UDP socket, and
 // waits for the endpoint's goroutines, handlers included. Requests in
 // flight fail.
@@ -222,9 +250,22 @@ func (e *Endpoint) Close() error {
 	e.goMu.Lock()
 	e.closed = true
 	e.goMu.Unlock()
+	// The listener first: handshakes in flight are refused, and
+	// acceptLoop drains the connections already queued, closing each (it
+	// can no longer serve them). Only then does no connection escape live.
+	err := e.ln.Close()
+	if e.accepting != nil {
+		<-e.accepting
+	}
+	e.goMu.Lock()
+	live := e.live
+	e.live = nil
+	e.goMu.Unlock()
 	e.cancel()
 	e.pool.closeAll()
-	err := e.ln.Close()
+	for c := range live {
+		c.CloseWithError(closeShutdown, "endpoint closed")
+	}
 	if terr := e.tr.Close(); err == nil {
 		err = terr
 	}
@@ -236,11 +277,14 @@ func (e *Endpoint) Close() error {
 }
 
 func (e *Endpoint) acceptLoop() {
+	defer close(e.accepting)
 	for {
-		conn, err := e.ln.Accept(e.ctx)
+		// Not e.ctx: Close closes the listener, and Accept returns once
+		// the queue is empty.
+		conn, err := e.ln.Accept(context.Background())
 		if err != nil {
 			return // listener closed
 		}
-		e.spawn(func() { e.serveConn(conn, false) })
+		e.serve(conn, false)
 	}
 }

@@ -154,7 +154,7 @@ func (p *pool) dial(pe *peer) {
 	pe.queued = nil
 	if err == nil {
 		pe.conns = append(pe.conns, conn)
-		p.e.spawn(func() { p.e.serveConn(conn, true) })
+		p.e.serve(conn, true)
 	}
 	pe.dialErr = err
 	close(pe.dialing)
