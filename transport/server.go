@@ -106,7 +106,11 @@ func (e *Endpoint) serveStream(conn *quic.Conn, s *quic.Stream) {
 		}
 		w.Error(bodyErr)
 	}
-	if bodyErr != io.EOF {
+	// Stop the peer's writes only if part of the request went unread: a
+	// request read whole (or with no payload) may still be waiting for its
+	// FIN, and cancelling then would fail the peer's Close of a request
+	// that was served.
+	if body.Remaining() > 0 || (bodyErr != nil && bodyErr != io.EOF) {
 		s.CancelRead(codeRefused) // the rest of the request is not wanted
 	}
 	s.Close()
