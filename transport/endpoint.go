@@ -13,7 +13,9 @@
 // The UDP socket gets 7 MiB buffers (SO_RCVBUFFORCE/SO_SNDBUFFORCE where
 // net.core.*mem_max is lower, a warning where both fail), sends with GSO
 // (quic-go) and receives with GRO (groConn): the kernel moves runs of up to
-// 64 KiB instead of single 1452-byte datagrams.
+// 64 KiB instead of single datagrams. Datagrams themselves grow to 8952
+// bytes where path MTU discovery finds room (jumbo frames, loopback): the
+// quic-go kvmesh builds is patched for that, see third_party/README.md.
 //
 // Bad input from a peer — a certificate from another CA, another protocol
 // version, a malformed frame, an unknown opcode, a checksum mismatch, a stall
@@ -114,7 +116,7 @@ func Listen(cfg Config, id *tlsca.Identity) (*Endpoint, error) {
 	m.udpBuf.WithLabelValues("send").Set(float64(sndBuf))
 	// quic-go sends with GSO on its own; receive offload is ours.
 	var conn net.PacketConn = udp
-	if gro := newGROConn(udp); gro != nil {
+	if gro := newGROConn(udp, m.largest); gro != nil {
 		conn = gro
 		m.gro.Set(1)
 	}

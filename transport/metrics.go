@@ -23,6 +23,7 @@ type metrics struct {
 	gossip   *prometheus.CounterVec // gossip packets, by direction and carrier
 	udpBuf   *prometheus.GaugeVec   // the socket's buffers, by direction
 	gro      prometheus.Gauge       // 1 when the socket receives with UDP_GRO
+	largest  prometheus.Gauge       // the largest datagram received
 }
 
 func newMetrics() *metrics {
@@ -63,13 +64,17 @@ func newMetrics() *metrics {
 			Name: "kvmesh_transport_udp_gro",
 			Help: "1 when the UDP socket receives with generic receive offload (UDP_GRO), 0 otherwise.",
 		}),
+		largest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvmesh_transport_udp_datagram_max_bytes",
+			Help: "The largest UDP datagram (QUIC packet) received so far: up to 8952 where path MTU discovery finds jumbo frames (and on loopback), under 1500 on standard Ethernet. Reported with UDP_GRO only.",
+		}),
 	}
 	m.sent, m.received = m.bytes.WithLabelValues("sent"), m.bytes.WithLabelValues("received")
 	return m
 }
 
 func (m *metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.served, m.calls, m.refused, m.bytes, m.conns, m.dials, m.gossip, m.udpBuf, m.gro}
+	return []prometheus.Collector{m.served, m.calls, m.refused, m.bytes, m.conns, m.dials, m.gossip, m.udpBuf, m.gro, m.largest}
 }
 
 // Describe and Collect make metrics one prometheus.Collector.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
@@ -59,7 +60,7 @@ const groBatch = 8
 // groConn is the endpoint's UDP socket with receive offload (UDP_GRO) on:
 // the kernel hands up a run of same-sized datagrams from one sender as one
 // buffer, instead of splitting every segmented (GSO) send back into
-// 1452-byte datagrams, each its own socket-buffer entry. quic-go sends with
+// single datagrams, each its own socket-buffer entry. quic-go sends with
 // GSO but does not turn on GRO, so groConn splits the runs itself: it is
 // the ReadBatch quic-go's read loop calls, returning one datagram per
 // message as a plain socket would. Everything else (writes with GSO, ECN and
@@ -73,12 +74,15 @@ type groConn struct {
 	n, i  int            // messages the last system call returned; the one being split
 	rest  []byte         // what is left of message i
 	seg   int            // its segment size
+
+	largest  int              // the largest datagram split so far
+	reportTo prometheus.Gauge // where largest is published
 }
 
 // newGROConn turns on UDP_GRO on udp and wraps it, or returns nil when the
 // kernel refuses (before Linux 5.0) or KVMESH_DISABLE_GRO is true (a kill
 // switch, as quic-go's QUIC_GO_DISABLE_GSO), leaving udp as it was.
-func newGROConn(udp *net.UDPConn) *groConn {
+func newGROConn(udp *net.UDPConn, largest prometheus.Gauge) *groConn {
 	if off, _ := strconv.ParseBool(os.Getenv("KVMESH_DISABLE_GRO")); off {
 		return nil
 	}
@@ -90,7 +94,7 @@ func newGROConn(udp *net.UDPConn) *groConn {
 	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1) }); err != nil || serr != nil {
 		return nil
 	}
-	c := &groConn{UDPConn: udp, batch: ipv4.NewPacketConn(udp), msgs: make([]ipv4.Message, groBatch)}
+	c := &groConn{UDPConn: udp, batch: ipv4.NewPacketConn(udp), msgs: make([]ipv4.Message, groBatch), reportTo: largest}
 	for i := range c.msgs {
 		c.msgs[i].Buffers = [][]byte{make([]byte, 1<<16)}
 		c.msgs[i].OOB = make([]byte, 128)
@@ -139,6 +143,10 @@ func (c *groConn) next() bool {
 		c.rest, c.seg = m.Buffers[0][:m.N], m.N
 		if s := groSegment(m.OOB[:m.NN]); s > 0 {
 			c.seg = s
+		}
+		if c.seg > c.largest {
+			c.largest = c.seg
+			c.reportTo.Set(float64(c.seg))
 		}
 		return true
 	}
