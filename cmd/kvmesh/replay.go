@@ -49,6 +49,7 @@ func runReplay(args []string) error {
 	dir := fs.String("policy-dir", defaultPolicyDir(), "where shipped policies are found by name")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	plot := fs.String("plot", "", "also replay at 1/4 to 4 times the capacity and draw hit rate against capacity to this SVG file")
+	signals := fs.Bool("signals", false, "instead of replaying, measure how predictable reuse is: how often a request's prefix is sent again, and how well each signal an online policy sees (AUC) tells those requests apart")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,10 +58,23 @@ func runReplay(args []string) error {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case *tracePath == "":
 		return errors.New("--trace is required")
+	case *blockTokens <= 0:
+		return errors.New("--block-tokens must be > 0")
+	case *signals:
+		trace, err := replay.LoadTrace(*tracePath)
+		if err != nil {
+			return err
+		}
+		rep := replay.Signals(trace, *blockTokens)
+		if *asJSON {
+			return printJSON(rep)
+		}
+		printSignals(os.Stdout, rep)
+		return nil
 	case *capacity <= 0:
 		return errors.New("--capacity-tokens must be > 0")
-	case *diskCapacity < 0 || *blockTokens <= 0:
-		return errors.New("--disk-capacity-tokens must be >= 0 and --block-tokens > 0")
+	case *diskCapacity < 0:
+		return errors.New("--disk-capacity-tokens must be >= 0")
 	}
 	trace, err := replay.LoadTrace(*tracePath)
 	if err != nil {
@@ -148,6 +162,24 @@ func printReplay(w io.Writer, r replayReport) {
 	fmt.Fprintf(w, "\n%-14s hit rate %.4f\n", "belady", r.BeladyHitRate)
 	if r.Fallback != "" {
 		fmt.Fprintf(w, "warning: a module fell back to the native policy during the replay: %s\n", r.Fallback)
+	}
+}
+
+func printSignals(w io.Writer, r replay.SignalReport) {
+	share := func(k, n int) float64 { return float64(k) / float64(max(n, 1)) }
+	fmt.Fprintf(w, "%d requests of 3+ blocks; prefix sent again: first turns %d of %d (%.3f), later turns %d of %d (%.3f)\n",
+		r.Requests, r.ContinuedFirst, r.FirstTurns, share(r.ContinuedFirst, r.FirstTurns), r.ContinuedLater, r.LaterTurns, share(r.ContinuedLater, r.LaterTurns))
+	fmt.Fprintf(w, "by earlier turns (0..%d+):", len(r.ContinuedByTurn)-1)
+	for _, c := range r.ContinuedByTurn {
+		fmt.Fprintf(w, " %.2f", c)
+	}
+	fmt.Fprintf(w, "\nAUC (0.5: no information)   all  first turns  later turns\n")
+	for _, s := range r.Signals {
+		first := fmt.Sprintf("%.3f", s.AUCFirstTurns)
+		if s.AUCFirstTurns < 0 {
+			first = "-"
+		}
+		fmt.Fprintf(w, "%-24s %7.3f %12s %12.3f\n", s.Name, s.AUC, first, s.AUCLaterTurns)
 	}
 }
 
