@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"slices"
 )
 
@@ -149,15 +150,7 @@ type scored struct {
 // auc is the Mann-Whitney estimate of P(a positive outscores a negative),
 // ties counting half, or -1 without both kinds.
 func auc(xs []scored) float64 {
-	slices.SortFunc(xs, func(a, b scored) int {
-		switch {
-		case a.value < b.value:
-			return -1
-		case a.value > b.value:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(xs, func(a, b scored) int { return cmp.Compare(a.value, b.value) })
 	var positives, negatives, rankSum float64
 	for i := 0; i < len(xs); {
 		j := i
