@@ -66,7 +66,7 @@ func newMetrics() *metrics {
 		}),
 		largest: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvmesh_transport_udp_datagram_max_bytes",
-			Help: "The largest UDP datagram (QUIC packet) received so far: up to 8952 where path MTU discovery finds jumbo frames (and on loopback), under 1500 on standard Ethernet. Reported with UDP_GRO only.",
+			Help: "The largest UDP datagram (QUIC packet) received and handed to quic-go so far: up to 8952 where path MTU discovery finds jumbo frames (and on loopback), under 1500 on standard Ethernet. Reported with UDP_GRO only.",
 		}),
 	}
 	m.sent, m.received = m.bytes.WithLabelValues("sent"), m.bytes.WithLabelValues("received")

@@ -75,7 +75,7 @@ type groConn struct {
 	rest  []byte         // what is left of message i
 	seg   int            // its segment size
 
-	largest  int              // the largest datagram split so far
+	largest  int              // the largest datagram handed to quic-go so far
 	reportTo prometheus.Gauge // where largest is published
 }
 
@@ -121,6 +121,10 @@ func (c *groConn) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 		size := min(c.seg, len(c.rest))
 		m, src := &ms[k], &c.msgs[c.i]
 		if size <= len(m.Buffers[0]) { // larger ones would be truncated: no QUIC packet of ours is
+			if size > c.largest {
+				c.largest = size
+				c.reportTo.Set(float64(size))
+			}
 			m.N = copy(m.Buffers[0], c.rest[:size])
 			m.NN = copy(m.OOB, src.OOB[:src.NN])
 			m.Flags, m.Addr = 0, src.Addr
@@ -143,10 +147,6 @@ func (c *groConn) next() bool {
 		c.rest, c.seg = m.Buffers[0][:m.N], m.N
 		if s := groSegment(m.OOB[:m.NN]); s > 0 {
 			c.seg = s
-		}
-		if c.seg > c.largest {
-			c.largest = c.seg
-			c.reportTo.Set(float64(c.seg))
 		}
 		return true
 	}

@@ -23,7 +23,8 @@ import (
 // TestGROSplitsCoalescedDatagrams sends runs of segments with UDP_SEGMENT
 // (as quic-go does) to a groConn and checks that ReadBatch hands them back
 // one datagram per message, in order, with the short last segment intact,
-// across more ReadBatch calls than one batch holds.
+// across more ReadBatch calls than one batch holds, dropping (and not
+// reporting as the largest) what the reader has no room for.
 func TestGROSplitsCoalescedDatagrams(t *testing.T) {
 	rx, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -57,9 +58,10 @@ func TestGROSplitsCoalescedDatagrams(t *testing.T) {
 			t.Skipf("GSO send: %v", err)
 		}
 	}
-	send(20, 700)             // 19 full segments and a short one
-	send(1, 5)                // a lone datagram
-	tx.Write(make([]byte, 0)) // an empty one, which is dropped
+	send(20, 700)                // 19 full segments and a short one
+	send(1, 5)                   // a lone datagram
+	tx.Write(make([]byte, 0))    // an empty one, which is dropped
+	tx.Write(make([]byte, 2000)) // one larger than the reader's buffers: dropped, not reported
 	send(3, seg)
 
 	ms := make([]ipv4.Message, 8)

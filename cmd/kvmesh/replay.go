@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,6 +62,15 @@ func runReplay(args []string) error {
 	case *blockTokens <= 0:
 		return errors.New("--block-tokens must be > 0")
 	case *signals:
+		var others []string
+		fs.Visit(func(f *flag.Flag) {
+			if !slices.Contains([]string{"signals", "trace", "block-tokens", "json"}, f.Name) {
+				others = append(others, "--"+f.Name)
+			}
+		})
+		if len(others) > 0 {
+			return fmt.Errorf("--signals replays nothing, so %s would be ignored; it takes --trace, --block-tokens and --json", strings.Join(others, ", "))
+		}
 		trace, err := replay.LoadTrace(*tracePath)
 		if err != nil {
 			return err
@@ -174,12 +184,14 @@ func printSignals(w io.Writer, r replay.SignalReport) {
 		fmt.Fprintf(w, " %.2f", c)
 	}
 	fmt.Fprintf(w, "\nAUC (0.5: no information)   all  first turns  later turns\n")
-	for _, s := range r.Signals {
-		first := fmt.Sprintf("%.3f", s.AUCFirstTurns)
-		if s.AUCFirstTurns < 0 {
-			first = "-"
+	aucText := func(a float64) string {
+		if a < 0 {
+			return "-" // no pair of a continued and an abandoned request
 		}
-		fmt.Fprintf(w, "%-24s %7.3f %12s %12.3f\n", s.Name, s.AUC, first, s.AUCLaterTurns)
+		return fmt.Sprintf("%.3f", a)
+	}
+	for _, s := range r.Signals {
+		fmt.Fprintf(w, "%-24s %7s %12s %12s\n", s.Name, aucText(s.AUC), aucText(s.AUCFirstTurns), aucText(s.AUCLaterTurns))
 	}
 }
 

@@ -12,7 +12,7 @@ type Signal struct {
 	Name string `json:"name"`
 	// AUC is the probability that a request that continued scores higher
 	// than one that did not (ties count half): 0.5 means no information,
-	// 0 or 1 a perfect split. NaN-free: -1 where no pair exists.
+	// 0 or 1 a perfect split; -1 where no such pair exists.
 	AUC           float64 `json:"auc"`
 	AUCFirstTurns float64 `json:"auc_first_turns"`
 	AUCLaterTurns float64 `json:"auc_later_turns"`
@@ -38,8 +38,8 @@ const maxTurnBucket = 8
 // Signals measures, for every request of trace, whether a later request
 // resends its full-block prefix (it "continued": the blocks a cache keeps
 // for it are reused), and what an online policy could have known on its
-// arrival: its turn in the conversation (a request's parent is the latest
-// earlier request whose last full block it contains), its new tokens, its
+// arrival: its turn in the conversation (a request's parent is the earlier
+// request whose last full block is the deepest it contains), its new tokens, its
 // length, the time since its parent and the tokens of its partial last
 // block. Requests of fewer than three blocks are left out: their only full
 // block is the first, which a trace's requests tend to share (a system

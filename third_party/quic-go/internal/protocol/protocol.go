@@ -119,8 +119,8 @@ const MaxPacketBufferSize = 8952
 
 // MaxLargePacketBufferSize is used when using GSO
 // kvmesh patch: 7 full-size packets (upstream: 20 KiB), below the 65507-byte
-// UDP payload limit that one GSO send must respect, and at most 48 segments
-// of the smallest (1280-byte) packets, below the kernel's 64-segment limit.
+// UDP payload limit that one GSO send must respect, and at most 52 segments
+// of the smallest (1200-byte) packets, below the kernel's 64-segment limit.
 const MaxLargePacketBufferSize = 7 * MaxPacketBufferSize
 
 // MinInitialPacketSize is the minimum size an Initial packet is required to have.
