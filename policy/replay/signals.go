@@ -39,11 +39,11 @@ const maxTurnBucket = 8
 // resends its full-block prefix (it "continued": the blocks a cache keeps
 // for it are reused), and what an online policy could have known on its
 // arrival: its turn in the conversation (a request's parent is the earlier
-// request whose last full block is the deepest it contains), its new tokens, its
-// length, the time since its parent and the tokens of its partial last
-// block. Requests of fewer than three blocks are left out: their only full
-// block is the first, which a trace's requests tend to share (a system
-// prompt), so it says nothing about their conversation.
+// request whose last full block is the deepest it contains), its new
+// tokens, its length, the time since its parent and the tokens of its
+// partial last block. Requests of fewer than three blocks are left out:
+// their only full block is the first, which a trace's requests tend to
+// share (a system prompt), so it says nothing about their conversation.
 func Signals(trace []Request, blockTokens int) SignalReport {
 	type turn struct {
 		idx       int // into trace
