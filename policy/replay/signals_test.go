@@ -58,3 +58,19 @@ func TestAUC(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockClassAUC: each access is scored by its class's reuse rate. The
+// first request's two blocks share a class (two new blocks, first use), of
+// which one is reused; the second request's block (no new block, second
+// use) never is: the reused access outranks one of the two others and
+// ties with the other.
+func TestBlockClassAUC(t *testing.T) {
+	t.Parallel()
+	tr := []Request{
+		{Timestamp: 0, InputLength: 1024, HashIDs: []uint64{0, 1}},
+		{Timestamp: 1000, InputLength: 512, HashIDs: []uint64{0}},
+	}
+	if got := Signals(tr, 512).BlockClassAUC; got != 0.75 {
+		t.Fatalf("block class AUC %v, want 0.75", got)
+	}
+}

@@ -54,7 +54,7 @@ const (
 	// happens on every time scale from seconds to hours.
 	ageUnitMs = 250
 
-	// Class features (see classOf): partial, new blocks in the request
+	// Class features (see onlineClass): partial, new blocks in the request
 	// (0, 1-2, 3-7, 8-31, 32+), uses of the block (1, 2, 3-4, 5+).
 	freshClasses = 5
 	useClasses   = 4
@@ -174,6 +174,10 @@ type reusePolicy struct {
 	index        [classes][ageBuckets]float32
 	trained      bool
 
+	// classOf classes lifetimes; a report swaps in hinted classes to
+	// measure what better prediction would earn.
+	classOf func(b *block, r *request) int
+
 	rng   uint64
 	pick  uint32
 	cands candidates
@@ -181,7 +185,7 @@ type reusePolicy struct {
 }
 
 func newPolicy() *reusePolicy {
-	return &reusePolicy{at: sdk.NewIDTable(1 << 12), rng: 0x9E3779B97F4A7C15}
+	return &reusePolicy{at: sdk.NewIDTable(1 << 12), classOf: onlineClass, rng: 0x9E3779B97F4A7C15}
 }
 
 func bucket(n int, edges ...int) int {
@@ -193,8 +197,9 @@ func bucket(n int, edges ...int) int {
 	return len(edges)
 }
 
-// classOf is the class of a lifetime of b started by request r.
-func classOf(b *block, r *request) int {
+// onlineClass is the class of a lifetime of b started by request r, from
+// what is known online.
+func onlineClass(b *block, r *request) int {
 	c := bucket(r.fresh, 0, 2, 7, 31)*useClasses + bucket(int(b.uses), 1, 2, 4)
 	if b.partial {
 		c += classes / 2
@@ -275,7 +280,7 @@ func (p *reusePolicy) access(e *sdk.Event) {
 func (p *reusePolicy) finish() {
 	r := &p.req
 	for _, i := range r.members {
-		p.blocks[i].class = uint16(classOf(&p.blocks[i], r))
+		p.blocks[i].class = uint16(p.classOf(&p.blocks[i], r))
 	}
 	*r = request{members: r.members[:0], time: r.time}
 }
