@@ -193,7 +193,8 @@ func printSignals(w io.Writer, r replay.SignalReport) {
 	for _, s := range r.Signals {
 		fmt.Fprintf(w, "%-24s %7s %12s %12s\n", s.Name, aucText(s.AUC), aucText(s.AUCFirstTurns), aucText(s.AUCLaterTurns))
 	}
-	fmt.Fprintf(w, "block accesses reused again, by online class (new blocks × uses × partial, in-sample): AUC %s\n", aucText(r.BlockClassAUC))
+	fmt.Fprintf(w, "block accesses asked for again, by online class (new blocks × uses × partial, in-sample): AUC %s; first accesses %s\n",
+		aucText(r.BlockClassAUC), aucText(r.BlockClassAUCFirst))
 }
 
 // plotCapacities replays at 1/4, 1/2, 1, 2 and 4 times the capacity (both

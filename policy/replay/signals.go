@@ -31,13 +31,16 @@ type SignalReport struct {
 	ContinuedByTurn []float64 `json:"continued_by_turn"`
 	Signals         []Signal  `json:"signals"`
 	// BlockClassAUC is how well simple online classes of a block access
-	// (blocks of its request never seen before, in steps 0, 1-2, 3-7, 8-31,
-	// 32+; uses of the block so far, 1, 2, 3-4, 5+; a partial last block or
-	// not) rank the accesses, of every request, followed by another access
-	// of the block above the rest, each class scored by its reuse rate over
+	// (blocks of its request never asked for before, in steps 0, 1-2, 3-7,
+	// 8-31, 32+; instants the block was asked for, 1, 2, 3-4, 5+; a partial
+	// last block or not) rank the accesses after which the block is asked
+	// for again above the rest, each class scored by its reuse rate over
 	// the whole trace. Fitted in-sample, it is more than a policy learning
-	// as it goes can know; Hints of the same AUC say what it is worth.
-	BlockClassAUC float64 `json:"block_class_auc"`
+	// as it goes can know; Hints.ClassAUC is the same measure of classes
+	// that swap new blocks for hints. BlockClassAUCFirst is the same over
+	// blocks' first accesses only, the ones admission decides on.
+	BlockClassAUC      float64 `json:"block_class_auc"`
+	BlockClassAUCFirst float64 `json:"block_class_auc_first"`
 }
 
 // maxTurnBucket is where ContinuedByTurn stops counting turns separately.
@@ -147,44 +150,10 @@ func Signals(trace []Request, blockTokens int) SignalReport {
 			rep.Signals[len(rep.Signals)-1].AUCFirstTurns = -1
 		}
 	}
-	rep.BlockClassAUC = blockClassAUC(trace, blockTokens)
+	acc := accessesOf(trace, blockTokens)
+	rep.BlockClassAUC = classAUC(acc, onlineClass, nil)
+	rep.BlockClassAUCFirst = classAUC(acc, onlineClass, func(a *access) bool { return a.first })
 	return rep
-}
-
-// blockClassAUC is SignalReport.BlockClassAUC.
-func blockClassAUC(trace []Request, blockTokens int) float64 {
-	reused := futureReuse(trace)
-	type class struct{ fresh, uses, partial int }
-	uses := map[uint64]int{}
-	var classes []class
-	var labels []bool
-	count, hits := map[class]float64{}, map[class]float64{}
-	for i, req := range trace {
-		fresh := 0
-		for _, id := range req.HashIDs {
-			if uses[id] == 0 {
-				fresh++
-			}
-		}
-		n := len(req.HashIDs)
-		for j, id := range req.HashIDs {
-			uses[id]++
-			c := class{step(fresh, 0, 2, 7, 31), step(uses[id], 1, 2, 4), 0}
-			if j == n-1 && req.InputLength < blockTokens*n {
-				c.partial = 1
-			}
-			classes, labels = append(classes, c), append(labels, reused[i][j])
-			count[c]++
-			if reused[i][j] {
-				hits[c]++
-			}
-		}
-	}
-	xs := make([]scored, len(classes))
-	for k, c := range classes {
-		xs[k] = scored{hits[c] / count[c], labels[k]}
-	}
-	return auc(xs)
 }
 
 // step is the index of the first edge n does not exceed, or len(edges).

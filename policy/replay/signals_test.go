@@ -70,7 +70,37 @@ func TestBlockClassAUC(t *testing.T) {
 		{Timestamp: 0, InputLength: 1024, HashIDs: []uint64{0, 1}},
 		{Timestamp: 1000, InputLength: 512, HashIDs: []uint64{0}},
 	}
-	if got := Signals(tr, 512).BlockClassAUC; got != 0.75 {
-		t.Fatalf("block class AUC %v, want 0.75", got)
+	r := Signals(tr, 512)
+	if r.BlockClassAUC != 0.75 {
+		t.Errorf("block class AUC %v, want 0.75", r.BlockClassAUC)
+	}
+	// First accesses: the first request's two, one class, a tie.
+	if r.BlockClassAUCFirst != 0.5 {
+		t.Errorf("block class AUC over first accesses %v, want 0.5", r.BlockClassAUCFirst)
+	}
+}
+
+// TestAccessesOfOneInstantAreOne: two requests of one instant asking for a
+// block are one access, which a request of that instant does not reuse;
+// a later instant does.
+func TestAccessesOfOneInstantAreOne(t *testing.T) {
+	t.Parallel()
+	tr := []Request{
+		{Timestamp: 0, InputLength: 1024, HashIDs: []uint64{0, 1}},
+		{Timestamp: 0, InputLength: 1024, HashIDs: []uint64{0, 2}},
+		{Timestamp: 3000, InputLength: 1024, HashIDs: []uint64{0, 1}},
+	}
+	type got struct {
+		id           uint64
+		uses         int
+		first, reuse bool
+	}
+	var have []got
+	for _, a := range accessesOf(tr, 512) {
+		have = append(have, got{a.key.id - 1, a.uses, a.first, a.reused})
+	}
+	want := []got{{0, 1, true, true}, {1, 1, true, true}, {2, 1, true, false}, {0, 2, false, false}, {1, 2, false, false}}
+	if !slices.Equal(have, want) {
+		t.Fatalf("accesses %+v, want %+v", have, want)
 	}
 }
