@@ -66,7 +66,7 @@ func NewHints(trace []Request, blockTokens int, quality float64) *Hints {
 }
 
 // AUC is the quality the hints have, measured over every access: near the
-// one asked for. FirstAUC is the same over blocks' first accesses.
+// one asked for.
 func (h *Hints) AUC() float64 { return h.rankAUC(nil) }
 
 // FirstAUC is AUC over blocks' first accesses, the ones admission decides.
